@@ -1,0 +1,132 @@
+// Python bindings of the engine (nanobind). Parameter rows cross as plain dicts
+// so that the Python side can keep tables in polars and JSON.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "engine_core.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+nb::dict rowToDict(const dt::Row &R) {
+  nb::dict D, Ports;
+  nb::list RA;
+  for (const auto &A : R.read_advance) RA.append(nb::make_tuple(A.use, A.write_id, A.cycles));
+  for (const auto &[Name, Cy] : R.ports) Ports[Name.c_str()] = Cy;
+  D["key"] = R.key;
+  D["latency"] = R.latency;
+  D["uops"] = R.uops;
+  D["read_advance"] = RA;
+  D["ports"] = Ports;
+  return D;
+}
+
+dt::Row rowFromDict(nb::handle H) {
+  nb::dict D = nb::cast<nb::dict>(H);
+  dt::Row R;
+  R.key = nb::cast<std::string>(D["key"]);
+  R.latency = nb::cast<std::vector<int>>(D["latency"]);
+  R.uops = nb::cast<int>(D["uops"]);
+  for (nb::handle A : D["read_advance"]) {
+    auto T = nb::cast<std::vector<int>>(A);
+    if (T.size() != 3)
+      throw dt::InvalidTable("opcode '" + R.key + "': read_advance entries are (use, write, cycles)");
+    R.read_advance.push_back({T[0], T[1], T[2]});
+  }
+  for (auto [K, V] : nb::cast<nb::dict>(D["ports"]))
+    R.ports.push_back({nb::cast<std::string>(K), nb::cast<int>(V)});
+  return R;
+}
+
+}  // namespace
+
+NB_MODULE(_engine, m) {
+  m.doc() = "LLVM MCA, in-process, with overridable per-opcode scheduling parameters";
+  m.attr("LLVM_VERSION") = DT_LLVM_VERSION;
+  m.attr("LLVM_BIN_DIR") = DT_LLVM_BIN_DIR;
+  nb::exception<dt::InvalidTable>(m, "InvalidTable", PyExc_ValueError);
+
+  nb::class_<dt::Block>(m, "Block")
+      .def_prop_ro("ok", &dt::Block::ok)
+      .def_prop_ro("error", &dt::Block::error)
+      .def_prop_ro("opcodes", &dt::Block::opcodes)
+      .def_prop_ro("asm", &dt::Block::asm_lines)
+      .def_prop_ro("row_keys", &dt::Block::row_keys)
+      .def("__len__", &dt::Block::size);
+
+  nb::class_<dt::Table>(m, "CompiledTable");
+
+  nb::class_<dt::Engine>(m, "Engine")
+      .def(nb::init<const std::string &>(), "mcpu"_a)
+      .def_prop_ro("mcpu", &dt::Engine::mcpu)
+      .def("disassemble", &dt::Engine::disassemble, "hex"_a)
+      .def(
+          "disassemble_many",
+          [](const dt::Engine &E, const std::vector<std::string> &Hexes) {
+            std::vector<dt::Block> Out;
+            Out.reserve(Hexes.size());
+            for (const auto &H : Hexes) Out.push_back(E.disassemble(H));
+            return Out;
+          },
+          "hexes"_a, nb::call_guard<nb::gil_scoped_release>())
+      .def("parse_asm", &dt::Engine::parse_asm, "text"_a)
+      .def("default_globals",
+           [](const dt::Engine &E) {
+             dt::Globals G = E.default_globals();
+             nb::dict D;
+             D["dispatch_width"] = G.dispatch_width;
+             D["micro_op_buffer_size"] = G.micro_op_buffer_size;
+             return D;
+           })
+      .def("resources",
+           [](const dt::Engine &E) {
+             nb::list L;
+             for (const auto &R : E.resources()) {
+               nb::dict D;
+               D["name"] = R.name;
+               D["num_units"] = R.num_units;
+               D["is_group"] = R.is_group;
+               D["members"] = R.members;
+               L.append(D);
+             }
+             return L;
+           })
+      .def(
+          "default_rows",
+          [](const dt::Engine &E, const std::vector<dt::Block> &Blocks) {
+            nb::list L;
+            for (const auto &R : E.default_rows(Blocks)) L.append(rowToDict(R));
+            return L;
+          },
+          "blocks"_a = std::vector<dt::Block>())
+      .def(
+          "compile",
+          [](const dt::Engine &E, nb::dict G, nb::iterable Rows) {
+            dt::Globals Gl{nb::cast<int>(G["dispatch_width"]),
+                           nb::cast<int>(G["micro_op_buffer_size"])};
+            std::vector<dt::Row> Rs;
+            for (nb::handle H : Rows) Rs.push_back(rowFromDict(H));
+            nb::gil_scoped_release Release;
+            return E.compile(Gl, Rs);
+          },
+          "globals"_a, "rows"_a)
+      .def(
+          "simulate",
+          [](const dt::Engine &E, const std::vector<dt::Block> &Blocks,
+             const std::vector<dt::Table> &Tables, const std::vector<int64_t> &BlockIdx,
+             const std::vector<int64_t> &TableIdx, unsigned Iterations, unsigned Threads,
+             uint64_t CycleCap) {
+            dt::SimResult R;
+            {
+              nb::gil_scoped_release Release;
+              R = E.simulate(Blocks, Tables, BlockIdx, TableIdx, Iterations, Threads, CycleCap);
+            }
+            return nb::make_tuple(R.cycles, R.status);
+          },
+          "blocks"_a, "tables"_a, "block_idx"_a, "table_idx"_a, "iterations"_a = 100,
+          "threads"_a = 1, "cycle_cap"_a = 10000000);
+}

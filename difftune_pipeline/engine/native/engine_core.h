@@ -1,0 +1,115 @@
+// The parametric MCA engine: LLVM's MCA library run in-process over scheduling
+// tables that are owned copies of the CPU's, so that DiffTune's per-opcode
+// parameters can be overridden without modifying LLVM.
+//
+// This header is LLVM-free so that the Python bindings (built with RTTI) never
+// see LLVM's (RTTI-less) polymorphic types.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dt {
+
+struct ReadAdvance {
+  int use = 0;       // operand use index
+  int write_id = 0;  // WriteResourceID it applies to (0: any)
+  int cycles = 0;
+};
+
+// One parameter row: the DiffTune parameters of one opcode (or of one
+// resolution of a variant opcode, keyed "OPCODE#CLASS").
+struct Row {
+  std::string key;
+  std::vector<int> latency;  // per def (write latency entries)
+  int uops = 0;
+  std::vector<ReadAdvance> read_advance;
+  // Explicit cycles per processor resource (the expanded form LLVM stores is
+  // derived from these): a group's own cycles exclude those of its members.
+  std::vector<std::pair<std::string, int>> ports;
+};
+
+struct Globals {
+  int dispatch_width = 0;
+  int micro_op_buffer_size = 0;
+};
+
+struct Resource {
+  std::string name;
+  int num_units = 0;
+  bool is_group = false;
+  std::vector<std::string> members;  // units of a group
+};
+
+// A table compiled into LLVM scheduling tables; immutable, shareable across threads.
+struct TableImpl;
+struct Table {
+  std::shared_ptr<const TableImpl> impl;
+};
+
+struct BlockImpl;
+struct Block {
+  std::shared_ptr<const BlockImpl> impl;
+  bool ok() const;
+  const std::string &error() const;
+  size_t size() const;
+  std::vector<std::string> opcodes() const;
+  std::vector<std::string> asm_lines() const;
+  // Parameter-row key of each instruction (opcode, or OPCODE#CLASS when variant).
+  std::vector<std::string> row_keys() const;
+};
+
+struct SimResult {
+  std::vector<int64_t> cycles;      // -1 where status is not "ok"
+  std::vector<std::string> status;  // "ok" or a reason
+};
+
+class InvalidTable : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+struct EngineImpl;
+class Engine {
+ public:
+  explicit Engine(const std::string &mcpu);
+  ~Engine();
+  const std::string &mcpu() const;
+
+  Block disassemble(const std::string &hex) const;
+  Block parse_asm(const std::string &text) const;
+
+  Globals default_globals() const;
+  std::vector<Resource> resources() const;
+  // Every opcode the model schedules; plus, for variant opcodes, one row per
+  // resolution that occurs in `blocks`.
+  std::vector<Row> default_rows(const std::vector<Block> &blocks) const;
+  // Throws InvalidTable naming the row and the parameter.
+  Table compile(const Globals &globals, const std::vector<Row> &rows) const;
+
+  // Simulate pairs (blocks[block_idx[i]], tables[table_idx[i]]) on `threads` threads.
+  SimResult simulate(const std::vector<Block> &blocks, const std::vector<Table> &tables,
+                     const std::vector<int64_t> &block_idx, const std::vector<int64_t> &table_idx,
+                     unsigned iterations, unsigned threads, uint64_t cycle_cap) const;
+
+ private:
+  std::shared_ptr<EngineImpl> impl_;
+};
+
+// Valid parameter ranges (documented in the README; enforced by compile()).
+struct Limits {
+  static constexpr int kLatencyMax = 1000;
+  static constexpr int kUopsMax = 1000;
+  static constexpr int kPortCyclesMax = 1000;
+  static constexpr int kReadAdvanceMin = -1000;
+  static constexpr int kReadAdvanceMax = 1000;
+  static constexpr int kDispatchWidthMax = 1000;
+  static constexpr int kMicroOpBufferMin = 2;
+  static constexpr int kMicroOpBufferMax = 100000;
+};
+
+}  // namespace dt
