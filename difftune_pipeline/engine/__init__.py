@@ -1,0 +1,124 @@
+"""The parametric llvm-mca engine: LLVM's MCA library in-process (C++ extension).
+
+One ``Engine`` is bound to one ``-mcpu``. It disassembles blocks, exports the
+CPU's default parameter table, and simulates blocks under any table, in C++
+threads with the GIL released. Results equal the ``llvm-mca`` binary of the same
+LLVM ("Total Cycles") under the default table.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from difftune_pipeline.engine import _engine
+from difftune_pipeline.engine.table import GLOBALS, ParamTable
+
+LLVM_VERSION: str = _engine.LLVM_VERSION
+LLVM_MCA = Path(_engine.LLVM_BIN_DIR) / "llvm-mca"
+InvalidTable = _engine.InvalidTable
+Block = _engine.Block
+DEFAULT_ITERATIONS = 100
+DEFAULT_CYCLE_CAP = 10_000_000
+
+__all__ = ["Engine", "ParamTable", "SimResult", "InvalidTable", "Block", "LLVM_VERSION", "LLVM_MCA", "default_threads"]
+
+
+def default_threads() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+@dataclass
+class SimResult:
+    cycles: np.ndarray  # int64, -1 where status is not "ok"
+    status: list[str]
+
+    @property
+    def ok(self) -> np.ndarray:
+        return np.array([s == "ok" for s in self.status], dtype=bool)
+
+
+class Engine:
+    """LLVM MCA for one CPU, with overridable DiffTune parameters."""
+
+    def __init__(self, mcpu: str):
+        self._native = _engine.Engine(mcpu)
+        self.mcpu = mcpu
+        self.llvm_version = LLVM_VERSION
+        self._defaults: ParamTable | None = None
+        self._compiled: dict[str, _engine.CompiledTable] = {}
+
+    # ---- blocks -----------------------------------------------------------
+    def disassemble(self, hex_: str) -> Block:
+        return self._native.disassemble(hex_.strip().lower())
+
+    def disassemble_many(self, hexes: list[str]) -> list[Block]:
+        return self._native.disassemble_many([h.strip().lower() for h in hexes])
+
+    def parse_asm(self, text: str) -> Block:
+        return self._native.parse_asm(text)
+
+    # ---- tables -----------------------------------------------------------
+    def resources(self) -> list[dict]:
+        return self._native.resources()
+
+    def default_table(self, blocks: list[Block] = ()) -> ParamTable:
+        """The CPU's table: every opcode, plus the variant resolutions in ``blocks``."""
+        rows = {r.pop("key"): r for r in self._native.default_rows(list(blocks))}
+        table = ParamTable(self.mcpu, self.llvm_version, dict(self._native.default_globals()), {})
+        table.rows = ParamTable.from_dict({**table.to_dict(), "opcodes": rows}).rows
+        return table
+
+    def _base(self) -> ParamTable:
+        if self._defaults is None:
+            self._defaults = self.default_table()
+        return self._defaults
+
+    def compile(self, table: ParamTable | None) -> _engine.CompiledTable:
+        """Check ``table`` against the valid ranges and build its LLVM tables (cached)."""
+        table = table or self._base()
+        if table.mcpu != self.mcpu:
+            raise InvalidTable(f"table is for -mcpu={table.mcpu}, engine is {self.mcpu}")
+        if table.llvm_version.split(".")[0] != self.llvm_version.split(".")[0]:
+            raise InvalidTable(f"table is for LLVM {table.llvm_version}, engine runs LLVM {self.llvm_version}")
+        key = table.fingerprint()
+        if key not in self._compiled:
+            changed = table.changed_rows(self._base())
+            rows = [{"key": k, **r} for k, r in changed.items()]
+            self._compiled[key] = self._native.compile({g: table.globals[g] for g in GLOBALS}, rows)
+        return self._compiled[key]
+
+    # ---- simulation -------------------------------------------------------
+    def simulate(self, blocks: list[Block], table: ParamTable | None = None, *,
+                 iterations: int = DEFAULT_ITERATIONS, threads: int | None = None,
+                 cycle_cap: int = DEFAULT_CYCLE_CAP) -> SimResult:
+        """Every block under one table."""
+        n = len(blocks)
+        return self.simulate_pairs(blocks, [table], np.arange(n), np.zeros(n, dtype=np.int64),
+                                   iterations=iterations, threads=threads, cycle_cap=cycle_cap)
+
+    def simulate_pairs(self, blocks: list[Block], tables: list[ParamTable | None],
+                       block_idx, table_idx, *, iterations: int = DEFAULT_ITERATIONS,
+                       threads: int | None = None, cycle_cap: int = DEFAULT_CYCLE_CAP) -> SimResult:
+        """Pairs (blocks[block_idx[i]], tables[table_idx[i]]). An invalid table
+        fails only its own pairs, with the validation message as their status."""
+        block_idx = np.asarray(block_idx, dtype=np.int64)
+        table_idx = np.asarray(table_idx, dtype=np.int64)
+        compiled, errors = [], {}
+        for i, t in enumerate(tables):
+            try:
+                compiled.append(self.compile(t))
+            except InvalidTable as exc:
+                errors[i] = f"invalid table: {exc}"
+                compiled.append(self.compile(None))
+        cycles, status = self._native.simulate(
+            list(blocks), compiled, block_idx.tolist(), table_idx.tolist(),
+            iterations, threads or default_threads(), cycle_cap)
+        cycles = np.asarray(cycles, dtype=np.int64)
+        for i, t in enumerate(table_idx.tolist()):
+            if t in errors:
+                cycles[i], status[i] = -1, errors[t]
+        return SimResult(cycles, list(status))

@@ -1,0 +1,125 @@
+"""Parameter tables: DiffTune's per-opcode parameters as data (JSON, polars).
+
+A table holds the two globals (dispatch width, reorder buffer) and one row per
+opcode: write latencies, µops, ReadAdvance entries and the port map as explicit
+cycles per named processor resource. Variant opcodes (whose scheduling class
+LLVM picks per instruction, e.g. zero idioms) have one row per resolution, keyed
+``OPCODE#CLASS``. Rows absent from a table keep LLVM's values.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+FORMAT = "difftune-params/1"
+GLOBALS = ("dispatch_width", "micro_op_buffer_size")
+GLOBAL_ROW = "*"  # the opcode column's value for globals in the long form
+
+
+@dataclass
+class ParamTable:
+    mcpu: str
+    llvm_version: str
+    globals: dict[str, int]
+    rows: dict[str, dict] = field(default_factory=dict)
+
+    # ---- JSON -------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT,
+            "mcpu": self.mcpu,
+            "llvm_version": self.llvm_version,
+            "globals": dict(self.globals),
+            "opcodes": {k: _canonical_row(r) for k, r in sorted(self.rows.items())},
+        }
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.to_dict(), indent=1, sort_keys=True)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ParamTable:
+        if data.get("format") != FORMAT:
+            raise ValueError(f"not a parameter table: format is {data.get('format')!r}, expected {FORMAT!r}")
+        for name in ("mcpu", "llvm_version", "globals", "opcodes"):
+            if name not in data:
+                raise ValueError(f"parameter table lacks {name!r}")
+        missing = [g for g in GLOBALS if g not in data["globals"]]
+        if missing:
+            raise ValueError(f"parameter table globals lack {missing}")
+        rows = {}
+        for key, row in data["opcodes"].items():
+            try:
+                rows[key] = _canonical_row(row)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"opcode {key!r}: malformed row ({exc})") from None
+        return cls(data["mcpu"], data["llvm_version"], {g: int(data["globals"][g]) for g in GLOBALS}, rows)
+
+    @classmethod
+    def from_json(cls, text_or_path: str | Path) -> ParamTable:
+        text = str(text_or_path)
+        if not text.lstrip().startswith("{"):
+            text = Path(text_or_path).read_text()
+        return cls.from_dict(json.loads(text))
+
+    # ---- long form (SQL-friendly) -----------------------------------------
+    def to_frame(self) -> pl.DataFrame:
+        """One row per value: (opcode, param, idx, value); globals under opcode '*'."""
+        out: list[tuple[str, str, int, int]] = [(GLOBAL_ROW, g, 0, int(self.globals[g])) for g in GLOBALS]
+        for key, row in sorted(self.rows.items()):
+            out += [(key, "latency", i, v) for i, v in enumerate(row["latency"])]
+            out.append((key, "uops", 0, row["uops"]))
+            for use, write, cycles in row["read_advance"]:
+                out.append((key, "read_advance" if write == 0 else f"read_advance@{write}", use, cycles))
+            out += [(key, f"port:{res}", 0, cy) for res, cy in row["ports"].items()]
+        return pl.DataFrame(out, schema={"opcode": pl.Utf8, "param": pl.Utf8, "idx": pl.Int32, "value": pl.Int64}, orient="row")
+
+    @classmethod
+    def from_frame(cls, frame: pl.DataFrame, mcpu: str, llvm_version: str) -> ParamTable:
+        globals_: dict[str, int] = {}
+        rows: dict[str, dict] = {}
+        for opcode, param, idx, value in frame.sort(["opcode", "param", "idx"]).iter_rows():
+            if opcode == GLOBAL_ROW:
+                globals_[param] = int(value)
+                continue
+            row = rows.setdefault(opcode, {"latency": [], "uops": 0, "read_advance": [], "ports": {}})
+            if param == "latency":
+                row["latency"].append(int(value))
+            elif param == "uops":
+                row["uops"] = int(value)
+            elif param.startswith("read_advance"):
+                write = int(param.split("@")[1]) if "@" in param else 0
+                row["read_advance"].append([int(idx), write, int(value)])
+            elif param.startswith("port:"):
+                row["ports"][param[5:]] = int(value)
+            else:
+                raise ValueError(f"opcode {opcode!r}: unknown parameter {param!r}")
+        return cls(mcpu, llvm_version, globals_, {k: _canonical_row(r) for k, r in rows.items()})
+
+    # ---- comparisons ------------------------------------------------------
+    def fingerprint(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+    def changed_rows(self, base: ParamTable) -> dict[str, dict]:
+        """Rows of this table that differ from (or are absent in) ``base``."""
+        return {k: r for k, r in self.rows.items() if base.rows.get(k) != r}
+
+    def copy(self) -> ParamTable:
+        return copy.deepcopy(self)
+
+
+def _canonical_row(row: dict) -> dict:
+    return {
+        "latency": [int(v) for v in row["latency"]],
+        "uops": int(row["uops"]),
+        "read_advance": sorted([int(u), int(w), int(c)] for u, w, c in row["read_advance"]),
+        "ports": {str(k): int(v) for k, v in sorted(row["ports"].items())},
+    }
