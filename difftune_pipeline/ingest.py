@@ -1,0 +1,170 @@
+"""Ingestion of measurement batches and corpus files into the warehouse.
+
+A file is a batch identified by the hash of its bytes, so re-ingesting it adds
+nothing. Every input line ends up either ingested or quarantined with a reason
+a user can read (``SELECT * FROM quarantine``); none is dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+
+from difftune_pipeline import store
+from difftune_pipeline.blocks import block_id, canonical_hex, disassemble_rows, hex_problem, split_of
+from difftune_pipeline.engine import Engine
+
+UNITS = {"cycles_per_100": 1.0, "cycles_per_iteration": 100.0}
+
+
+@dataclass
+class BatchSummary:
+    batch_id: str
+    kind: str
+    source_file: str
+    n_read: int
+    n_ingested: int
+    n_quarantined: int
+    already_ingested: bool = False
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def file_batch_id(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
+def _lines(path: Path) -> list[tuple[int, str]]:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return [(i, line.rstrip("\r\n")) for i, line in enumerate(fh, start=1) if line.strip()]
+
+
+def _parse_value(text: str, what: str, zero_ok: bool) -> tuple[float | None, str | None]:
+    try:
+        value = float(text)
+    except ValueError:
+        return None, f"{what} {text!r} is not a number"
+    if not math.isfinite(value):
+        return None, f"{what} {text!r} is not finite"
+    if value < 0 or (value == 0 and not zero_ok):
+        return None, f"{what} must be {'non-negative' if zero_ok else 'positive'}, got {text!r}"
+    return value, None
+
+
+def _split_rows(lines, what: str, zero_ok: bool):
+    """(line_no, hex, value) of well-formed rows, and (line_no, raw, reason) of the rest."""
+    good, bad, first_seen = [], [], {}
+    for line_no, raw in lines:
+        fields = raw.split(",")
+        if len(fields) != 2:
+            bad.append((line_no, raw, f"expected 2 comma-separated fields 'hex,{what}', got {len(fields)}"))
+            continue
+        hex_ = canonical_hex(fields[0])
+        problem = hex_problem(hex_)
+        if problem:
+            bad.append((line_no, raw, problem))
+            continue
+        value, problem = _parse_value(fields[1].strip(), what, zero_ok)
+        if problem:
+            bad.append((line_no, raw, problem))
+            continue
+        if hex_ in first_seen:
+            prev_line, prev_value = first_seen[hex_]
+            reason = (f"duplicate of line {prev_line}" if value == prev_value
+                      else f"conflicts with line {prev_line} ({what} {prev_value:g} vs {value:g})")
+            bad.append((line_no, raw, reason))
+            continue
+        first_seen[hex_] = (line_no, value)
+        good.append((line_no, hex_, value))
+    return good, bad
+
+
+def _ingest_blocks(con, engine: Engine, hexes: list[str]) -> dict[str, str | None]:
+    """Disassemble the blocks not yet in the warehouse; returns hex -> quarantine reason."""
+    known = con.execute("SELECT hex, reason FROM blocks WHERE hex IN (SELECT unnest(?))", [hexes]).fetchall()
+    reasons = dict(known)
+    new = [h for h in dict.fromkeys(hexes) if h not in reasons]
+    if new:
+        rows = disassemble_rows(engine, new)
+        store.insert_new(con, "blocks", rows, ["block_id"])
+        store.insert_new(con, "splits", rows.select("block_id", pl.col("block_id").map_elements(split_of, return_dtype=pl.Utf8).alias("split")), ["block_id"])
+        reasons.update(zip(rows["hex"].to_list(), rows["reason"].to_list()))
+    return reasons
+
+
+def _ingest(path: Path, kind: str, db: Path, engine: Engine, *, uarch: str | None = None,
+            app: str | None = None, scale: float = 1.0) -> BatchSummary:
+    path = Path(path)
+    batch = file_batch_id(path)
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    with store.writer(db) as con:
+        done = con.execute("SELECT n_read, n_ingested, n_quarantined FROM batches WHERE batch_id = ?", [batch]).fetchall()
+        if done:
+            return BatchSummary(batch, kind, str(path), *done[0], already_ingested=True)
+        lines = _lines(path)
+        what = "cycles" if kind == "measurements" else "frequency"
+        good, bad = _split_rows(lines, what, zero_ok=kind == "corpus")
+        reasons = _ingest_blocks(con, engine, [h for _, h, _ in good])
+        kept = []
+        for line_no, hex_, value in good:
+            if reasons[hex_]:
+                bad.append((line_no, f"{hex_},{value:g}", reasons[hex_]))
+            else:
+                kept.append((line_no, hex_, value))
+        if kind == "measurements":
+            frame = pl.DataFrame(
+                {
+                    "block_id": [block_id(h) for _, h, _ in kept],
+                    "uarch": uarch,
+                    "cycles_per_100": [v * scale for _, _, v in kept],
+                    "batch_id": batch,
+                    "source_file": str(path),
+                    "line_no": [n for n, _, _ in kept],
+                    "ingested_at": now,
+                },
+                schema_overrides={"line_no": pl.Int64, "cycles_per_100": pl.Float64},
+            )
+            store.insert_new(con, "measurements", frame, ["block_id", "uarch", "batch_id"])
+        else:
+            frame = pl.DataFrame(
+                {"block_id": [block_id(h) for _, h, _ in kept], "app": app,
+                 "frequency": [v for _, _, v in kept], "batch_id": batch},
+                schema_overrides={"frequency": pl.Float64},
+            )
+            store.insert_new(con, "block_sources", frame, ["block_id", "app"])
+        quarantine = pl.DataFrame(
+            {"batch_id": batch, "source_file": str(path), "line_no": [b[0] for b in bad],
+             "raw": [b[1] for b in bad], "reason": [b[2] for b in bad], "quarantined_at": now},
+            schema_overrides={"line_no": pl.Int64, "raw": pl.Utf8, "reason": pl.Utf8},
+        )
+        store.insert_new(con, "quarantine", quarantine, ["batch_id", "line_no"])
+        summary = BatchSummary(batch, kind, str(path), len(lines), len(kept), len(bad))
+        store.scalar(
+            con, "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [batch, kind, uarch, app, str(path), summary.n_read, summary.n_ingested, summary.n_quarantined, now],
+        )
+        return summary
+
+
+def ingest_measurements(path: str | Path, uarch: str, db: str | Path, engine: Engine,
+                        unit: str = "cycles_per_100") -> BatchSummary:
+    """A BHive-format file ``hex,throughput`` of one µarch; ``unit`` names the throughput's unit."""
+    if unit not in UNITS:
+        raise ValueError(f"unknown unit {unit!r}; one of {sorted(UNITS)}")
+    return _ingest(Path(path), "measurements", Path(db), engine, uarch=uarch, scale=UNITS[unit])
+
+
+def ingest_corpus(path: str | Path, db: str | Path, engine: Engine, app: str | None = None) -> BatchSummary:
+    """A BHive corpus file ``hex,frequency``; the application defaults to the file's stem."""
+    path = Path(path)
+    return _ingest(path, "corpus", Path(db), engine, app=app or path.name.removesuffix(".csv"))
