@@ -1,7 +1,7 @@
 """Ingestion of measurement batches and corpus files into the warehouse.
 
-A file is a batch identified by the hash of its bytes, so re-ingesting it adds
-nothing. Every input line ends up either ingested or quarantined with a reason
+A file is a batch identified by the hash of its bytes and its scope (the µarch
+measured, or the application), so re-ingesting it adds nothing. Every input line ends up either ingested or quarantined with a reason
 a user can read (``SELECT * FROM quarantine``); none is dropped.
 """
 
@@ -36,8 +36,9 @@ class BatchSummary:
         return asdict(self)
 
 
-def file_batch_id(path: Path) -> str:
-    digest = hashlib.sha256()
+def file_batch_id(path: Path, scope: str) -> str:
+    """Hash of the file's bytes within its scope (the µarch or the application)."""
+    digest = hashlib.sha256(scope.encode() + b"\0")
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
@@ -97,7 +98,6 @@ def _ingest_blocks(con, engine: Engine, hexes: list[str]) -> dict[str, str | Non
     if new:
         rows = disassemble_rows(engine, new)
         store.insert_new(con, "blocks", rows, ["block_id"])
-        store.insert_new(con, "splits", rows.select("block_id", pl.col("block_id").map_elements(split_of, return_dtype=pl.Utf8).alias("split")), ["block_id"])
         reasons.update(zip(rows["hex"].to_list(), rows["reason"].to_list()))
     return reasons
 
@@ -105,7 +105,7 @@ def _ingest_blocks(con, engine: Engine, hexes: list[str]) -> dict[str, str | Non
 def _ingest(path: Path, kind: str, db: Path, engine: Engine, *, uarch: str | None = None,
             app: str | None = None, scale: float = 1.0) -> BatchSummary:
     path = Path(path)
-    batch = file_batch_id(path)
+    batch = file_batch_id(path, f"{kind}:{uarch or app}")
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     with store.writer(db) as con:
         done = con.execute("SELECT n_read, n_ingested, n_quarantined FROM batches WHERE batch_id = ?", [batch]).fetchall()
@@ -168,3 +168,15 @@ def ingest_corpus(path: str | Path, db: str | Path, engine: Engine, app: str | N
     """A BHive corpus file ``hex,frequency``; the application defaults to the file's stem."""
     path = Path(path)
     return _ingest(path, "corpus", Path(db), engine, app=app or path.name.removesuffix(".csv"))
+
+
+def assign_splits(db: str | Path) -> dict[str, int]:
+    """Give every block without a split its hash-determined one; returns the counts."""
+    with store.writer(db) as con:
+        missing = [r[0] for r in con.execute(
+            "SELECT block_id FROM blocks b WHERE NOT EXISTS (SELECT 1 FROM splits s WHERE s.block_id = b.block_id)"
+        ).fetchall()]
+        frame = pl.DataFrame({"block_id": missing, "split": [split_of(b) for b in missing]},
+                             schema={"block_id": pl.Utf8, "split": pl.Utf8})
+        store.insert_new(con, "splits", frame, ["block_id"])
+        return dict(con.execute("SELECT split, count(*) FROM splits GROUP BY 1 ORDER BY 1").fetchall())

@@ -39,7 +39,7 @@ MIGRATIONS: list[str] = [
         split      VARCHAR NOT NULL       -- train | val | test, from the block hash
     );
     CREATE TABLE batches (
-        batch_id   VARCHAR PRIMARY KEY,   -- sha256 of the file's bytes, 16 hex digits
+        batch_id   VARCHAR PRIMARY KEY,   -- sha256 of scope and file bytes, 16 hex digits
         kind       VARCHAR NOT NULL,      -- measurements | corpus
         uarch      VARCHAR,               -- measurements: the µarch measured
         app        VARCHAR,               -- corpus: the application

@@ -1,0 +1,47 @@
+# Two commands from a fresh clone: `make run` and `make test` (both idempotent).
+PYTHON      ?= python3.11
+VENV        := .venv
+LLVM_CONFIG ?= /usr/lib/llvm-19/bin/llvm-config
+export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+STAMP       := $(VENV)/.installed
+SOURCES     := pyproject.toml CMakeLists.txt $(wildcard difftune_pipeline/engine/native/*)
+
+.PHONY: setup run test test-all ui bench clean
+
+setup: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
+
+$(LLVM_CONFIG):
+	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends llvm-19-dev llvm-19
+
+$(STAMP): $(SOURCES) | $(LLVM_CONFIG)
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip==25.3
+	LLVM_CONFIG=$(LLVM_CONFIG) $(VENV)/bin/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+	mkdir -p $(DAGSTER_HOME)
+	cp dagster.yaml $@
+
+run: setup
+	$(VENV)/bin/difftune materialize
+	@echo
+	@echo "Results are in warehouse/difftune.duckdb. Query them with:"
+	@echo "  $(VENV)/bin/difftune sql \"select status, count(*) from blocks group by 1\""
+	@echo "Open the Dagster UI with: make ui   (then http://127.0.0.1:3000)"
+
+test: setup
+	$(VENV)/bin/pytest -m "not slow"
+
+test-all: setup
+	$(VENV)/bin/pytest
+
+ui: setup
+	$(VENV)/bin/dg dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+bench: setup
+	$(VENV)/bin/python bench/engine_speed.py
+	$(VENV)/bin/python bench/ingest_throughput.py
+
+clean:
+	rm -rf build $(VENV) $(DAGSTER_HOME) warehouse/difftune.duckdb warehouse/models

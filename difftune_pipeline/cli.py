@@ -1,0 +1,184 @@
+"""The ``difftune`` command."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from difftune_pipeline import store
+
+app = typer.Typer(help="DiffTune pipeline: tune llvm-mca's scheduling parameters from measured throughputs.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+params_app = typer.Typer(help="Parameter tables: export and import.", no_args_is_help=True)
+app.add_typer(params_app, name="params")
+console = Console()
+
+WarehouseOpt = Annotated[Path, typer.Option("--warehouse", envvar="DIFFTUNE_WAREHOUSE", help="DuckDB file")]
+
+
+def _read_inputs(csv: Path | None, hex_: list[str] | None, asm: Path | None):
+    """(label, hex or None, asm text or None, measured or None, problem or None) per input."""
+    items = []
+    if csv is not None:
+        for line_no, line in enumerate(csv.read_text(errors="replace").splitlines(), start=1):
+            if not line.strip():
+                continue
+            fields = line.split(",")
+            measured, problem = None, None
+            if len(fields) > 2:
+                problem = f"line {line_no}: expected 'hex[,cycles per 100 iterations]'"
+            elif len(fields) == 2:
+                try:
+                    measured = float(fields[1])
+                    if not math.isfinite(measured) or measured <= 0:
+                        raise ValueError
+                except ValueError:
+                    problem = f"line {line_no}: measured throughput {fields[1]!r} is not a positive number"
+            items.append((fields[0].strip(), fields[0].strip(), None, measured, problem))
+    for h in hex_ or []:
+        items.append((h, h, None, None, None))
+    if asm is not None:
+        items.append((str(asm), None, asm.read_text(), None, None))
+    if not items:
+        raise typer.BadParameter("give --csv, --hex or --asm")
+    return items
+
+
+def run_table(mcpu: str, params: Path | None, items, iterations: int, threads: int | None) -> dict:
+    """Simulate inputs under a table: the shared core of ``simulate`` and ``evaluate``."""
+    from difftune_pipeline.engine import Engine, ParamTable
+    from difftune_pipeline.evaluate import kendall_tau, mape
+
+    engine = Engine(mcpu)
+    table = ParamTable.from_json(params) if params else None
+    if table is not None:
+        engine.compile(table)  # refuse an invalid table up front, naming opcode and parameter
+    blocks = [engine.parse_asm(a) if a is not None else engine.disassemble(h) for _, h, a, _, _ in items]
+    result = engine.simulate(blocks, table, iterations=iterations, threads=threads)
+    rows = []
+    for (label, h, _, measured, problem), block, cycles, status in zip(items, blocks, result.cycles, result.status):
+        if problem:
+            status, cycles = f"bad input: {problem}", -1
+        rows.append({"input": label, "asm": list(block.asm), "cycles": int(cycles) if status == "ok" else None,
+                     "measured": measured, "status": status})
+    scored = [(r["cycles"], r["measured"]) for r in rows if r["cycles"] is not None and r["measured"] is not None]
+    return {
+        "mcpu": mcpu, "llvm_version": engine.llvm_version, "iterations": iterations,
+        "params": str(params) if params else "default",
+        "n": len(rows), "failed": sum(r["status"] != "ok" for r in rows),
+        "mape": mape(*zip(*scored)) if scored else None,
+        "kendall_tau": kendall_tau(*zip(*scored)) if len(scored) > 1 else None,
+        "results": rows,
+    }
+
+
+def _print_report(report: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report, indent=1, allow_nan=False, default=lambda x: None))
+        return
+    table = Table(title=f"llvm-mca {report['llvm_version']} -mcpu={report['mcpu']}, {report['iterations']} iterations")
+    for col in ("input", "cycles", "measured", "status"):
+        table.add_column(col, overflow="fold")
+    for r in report["results"]:
+        table.add_row(r["input"][:40], str(r["cycles"] if r["cycles"] is not None else "-"),
+                      f"{r['measured']:g}" if r["measured"] is not None else "-", r["status"])
+    console.print(table)
+    summary = f"n={report['n']} failed={report['failed']}"
+    if report["mape"] is not None:
+        summary += f" MAPE={100 * report['mape']:.2f}%"
+    if report["kendall_tau"] is not None:
+        summary += f" Kendall tau={report['kendall_tau']:.3f}"
+    console.print(summary)
+
+
+@app.command()
+def simulate(
+    mcpu: Annotated[str, typer.Option(help="LLVM CPU name (haswell, skylake, znver1, ...)")] = "haswell",
+    params: Annotated[Optional[Path], typer.Option(help="parameter table JSON (default: LLVM's)")] = None,
+    csv: Annotated[Optional[Path], typer.Option(help="file of hex[,measured cycles per 100 iterations]")] = None,
+    hex_: Annotated[Optional[list[str]], typer.Option("--hex", help="a block as hex (repeatable)")] = None,
+    asm: Annotated[Optional[Path], typer.Option(help="a block as AT&T assembly text")] = None,
+    iterations: int = 100,
+    threads: Annotated[Optional[int], typer.Option(help="simulation threads (default: all cores)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Simulate blocks with the in-process engine: cycles per block, and MAPE and
+    Kendall tau when measurements are given."""
+    from difftune_pipeline.engine import InvalidTable
+
+    try:
+        report = run_table(mcpu, params, _read_inputs(csv, hex_, asm), iterations, threads)
+    except (InvalidTable, ValueError, OSError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    _print_report(report, as_json)
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="SQL to run on the warehouse (read-only)")],
+    warehouse: WarehouseOpt = store.DEFAULT_PATH,
+    as_csv: Annotated[bool, typer.Option("--csv")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Query the warehouse. The connection is read-only: statements that write fail."""
+    try:
+        frame = store.query(query, warehouse)
+    except Exception as exc:  # duckdb raises many error types; all are the user's to read
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    if as_csv:
+        sys.stdout.write(frame.write_csv())
+    elif as_json:
+        print(json.dumps(frame.to_dicts(), default=str, indent=1))
+    else:
+        table = Table()
+        for col in frame.columns:
+            table.add_column(col)
+        for row in frame.iter_rows():
+            table.add_row(*("" if v is None else str(v) for v in row))
+        console.print(table)
+
+
+@params_app.command("export")
+def params_export(
+    out: Annotated[Path, typer.Option(help="JSON file to write")],
+    mcpu: str = "haswell",
+    table: Annotated[str, typer.Option(help="'default' (LLVM's table for --mcpu)")] = "default",
+) -> None:
+    """Write a parameter table as JSON that the engine imports."""
+    from difftune_pipeline.engine import Engine
+
+    if table != "default":
+        console.print(f"[red]error:[/red] unknown table {table!r}")
+        raise typer.Exit(2)
+    t = Engine(mcpu).default_table()
+    t.to_json(out)
+    console.print(f"wrote {len(t.rows)} opcodes of -mcpu={mcpu} (LLVM {t.llvm_version}) to {out}")
+
+
+@app.command()
+def materialize(
+    select: Annotated[str, typer.Option(help="Dagster asset selection")] = "*",
+) -> None:
+    """Materialise assets of the pipeline into the persistent Dagster instance."""
+    import dagster as dg
+
+    from difftune_pipeline.definitions import defs
+
+    definitions = defs()
+    job = definitions.get_implicit_global_asset_job_def()
+    with dg.DagsterInstance.get() as instance:
+        selection = dg.AssetSelection.from_string(select).resolve(definitions.resolve_asset_graph())
+        result = job.execute_in_process(instance=instance, asset_selection=list(selection))
+    if not result.success:
+        raise typer.Exit(1)
+    for event in result.get_asset_materialization_events():
+        console.print(f"materialised [bold]{event.asset_key.to_user_string()}[/bold]")

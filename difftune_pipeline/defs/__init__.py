@@ -1,0 +1,1 @@
+"""The Dagster layer: thin assets, resources and checks over the core modules."""

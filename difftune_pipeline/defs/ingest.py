@@ -1,0 +1,79 @@
+"""Ingestion assets: measurement batches and the block corpus become blocks,
+measurements, block sources, splits and quarantine in the warehouse."""
+
+from __future__ import annotations
+
+import dagster as dg
+import polars as pl
+
+from difftune_pipeline import ingest
+from difftune_pipeline.defs.metadata import markdown
+from difftune_pipeline.defs.resources import DataSources, EngineResource, Warehouse
+
+GROUP = "ingest"
+WRITER_POOL = "duckdb_writer"
+
+
+def _batch_metadata(summaries: list[ingest.BatchSummary]) -> dict:
+    frame = pl.DataFrame([s.as_dict() for s in summaries]) if summaries else pl.DataFrame()
+    new = [s for s in summaries if not s.already_ingested]
+    return {
+        "files": len(summaries),
+        "new_batches": len(new),
+        "rows_read": sum(s.n_read for s in new),
+        "rows_ingested": sum(s.n_ingested for s in new),
+        "rows_quarantined": sum(s.n_quarantined for s in new),
+        "batches": markdown(frame.drop("kind") if not frame.is_empty() else frame),
+    }
+
+
+@dg.asset(group_name=GROUP, pool=WRITER_POOL, kinds={"duckdb"})
+def block_sources(warehouse: Warehouse, engine: EngineResource, sources: DataSources) -> dg.MaterializeResult:
+    """The BHive block corpus (``hex,frequency`` per application) in table
+    ``block_sources``: which application each block comes from. New blocks are
+    disassembled into ``blocks``; bad rows go to ``quarantine``."""
+    summaries = [ingest.ingest_corpus(f, warehouse.path, engine.get()) for f in sources.corpus_files]
+    return dg.MaterializeResult(metadata=_batch_metadata(summaries))
+
+
+@dg.asset(group_name=GROUP, pool=WRITER_POOL, kinds={"duckdb"})
+def measurements(warehouse: Warehouse, engine: EngineResource, sources: DataSources) -> dg.MaterializeResult:
+    """Measured throughputs (BHive's ``hex,cycles per 100 iterations``, one µarch
+    per batch) in table ``measurements``. A batch already ingested adds nothing."""
+    summaries = [ingest.ingest_measurements(f.path, f.uarch, warehouse.path, engine.get(), f.unit)
+                 for f in sources.measurement_files]
+    return dg.MaterializeResult(metadata=_batch_metadata(summaries))
+
+
+@dg.asset(group_name=GROUP, deps=[block_sources, measurements], kinds={"duckdb"})
+def blocks(warehouse: Warehouse) -> dg.MaterializeResult:
+    """Every distinct block, disassembled by LLVM (opcodes, AT&T text); blocks
+    LLVM cannot decode stay, quarantined with the reason."""
+    counts = warehouse.query("SELECT status, count(*) AS n, avg(n_insts) AS mean_insts FROM blocks GROUP BY 1 ORDER BY 1")
+    by_status = dict(zip(counts["status"].to_list(), counts["n"].to_list()))
+    return dg.MaterializeResult(metadata={
+        "blocks_ok": by_status.get("ok", 0),
+        "blocks_quarantined": by_status.get("quarantined", 0),
+        "by_status": markdown(counts),
+    })
+
+
+@dg.asset(group_name=GROUP, deps=[blocks], pool=WRITER_POOL, kinds={"duckdb"})
+def splits(warehouse: Warehouse) -> dg.MaterializeResult:
+    """train/val/test (80/10/10) by block hash: stable as data grows, so no
+    block ever moves between splits."""
+    counts = ingest.assign_splits(warehouse.path)
+    return dg.MaterializeResult(metadata={f"n_{k}": v for k, v in counts.items()})
+
+
+@dg.asset(group_name=GROUP, deps=[block_sources, measurements], kinds={"duckdb"})
+def quarantine(warehouse: Warehouse) -> dg.MaterializeResult:
+    """Input rows that never became a measurement or a block source, each with a
+    reason (table ``quarantine``)."""
+    reasons = warehouse.query(
+        "SELECT regexp_replace(reason, '[0-9]+', 'N', 'g') AS reason, count(*) AS n "
+        "FROM quarantine GROUP BY 1 ORDER BY n DESC LIMIT 20")
+    return dg.MaterializeResult(metadata={
+        "rows": int(reasons["n"].sum()) if not reasons.is_empty() else 0,
+        "top_reasons": markdown(reasons),
+    })

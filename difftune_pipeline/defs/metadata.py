@@ -1,0 +1,14 @@
+"""Metadata helpers: tables for the Dagster UI rendered as markdown."""
+
+from __future__ import annotations
+
+import dagster as dg
+import polars as pl
+
+
+def markdown(frame: pl.DataFrame) -> dg.MetadataValue:
+    if frame.is_empty():
+        return dg.MetadataValue.md("_none_")
+    with pl.Config(tbl_formatting="MARKDOWN", tbl_hide_column_data_types=True,
+                   tbl_hide_dataframe_shape=True, tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=200):
+        return dg.MetadataValue.md(str(frame))

@@ -1,0 +1,100 @@
+"""Resources: the warehouse, the engine, and where the input data lives.
+
+Profiles (``DIFFTUNE_PROFILE``): ``sample`` reads the sample bundled in the
+package; ``full`` reads BHive's files from ``DIFFTUNE_DATA_DIR`` (laid out as
+``ground_truth/bhive_{hsw,ivb,skl}.csv`` and ``bhive_sources/*.csv``).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+from difftune_pipeline import store
+from difftune_pipeline.engine import Engine
+
+SAMPLE_DIR = Path(__file__).resolve().parents[1] / "data" / "sample"
+FULL_MEASUREMENTS = {"haswell": "bhive_hsw.csv", "ivybridge": "bhive_ivb.csv", "skylake": "bhive_skl.csv"}
+
+
+class MeasurementFile(dg.Config):
+    path: str
+    uarch: str
+    unit: str = "cycles_per_100"
+
+
+class Warehouse(dg.ConfigurableResource):
+    """The DuckDB warehouse file; writers are short transactions, queries read-only."""
+
+    path: str = str(store.DEFAULT_PATH)
+
+    def writer(self):
+        return store.writer(self.path)
+
+    def query(self, sql: str, params: list | None = None) -> pl.DataFrame:
+        return store.query(sql, self.path, params)
+
+
+@functools.cache
+def _engine(mcpu: str) -> Engine:
+    return Engine(mcpu)
+
+
+class EngineResource(dg.ConfigurableResource):
+    """The in-process llvm-mca engine for one -mcpu."""
+
+    mcpu: str = "haswell"
+
+    def get(self) -> Engine:
+        return _engine(self.mcpu)
+
+
+class DataSources(dg.ConfigurableResource):
+    """Measurement batches and block-corpus files to ingest."""
+
+    measurement_files: list[MeasurementFile]
+    corpus_files: list[str]
+
+    @classmethod
+    def sample(cls) -> DataSources:
+        return cls(
+            measurement_files=[MeasurementFile(path=str(SAMPLE_DIR / "bhive_hsw_sample.csv"), uarch="haswell")],
+            corpus_files=sorted(str(p) for p in (SAMPLE_DIR / "corpus").glob("*.csv")),
+        )
+
+    @classmethod
+    def full(cls, data_dir: str) -> DataSources:
+        root = Path(data_dir)
+        files = [MeasurementFile(path=str(root / "ground_truth" / name), uarch=uarch)
+                 for uarch, name in FULL_MEASUREMENTS.items() if (root / "ground_truth" / name).exists()]
+        corpus = sorted(str(p) for p in (root / "bhive_sources").glob("*.csv"))
+        if not files:
+            raise FileNotFoundError(f"DIFFTUNE_DATA_DIR={data_dir} holds none of ground_truth/{sorted(FULL_MEASUREMENTS.values())}")
+        return cls(measurement_files=files, corpus_files=corpus)
+
+
+def sources_for_profile(profile: str, data_dir: str | None) -> DataSources:
+    if profile == "sample":
+        return DataSources.sample()
+    if profile == "full":
+        if not data_dir:
+            raise ValueError("the full profile needs DIFFTUNE_DATA_DIR")
+        return DataSources.full(data_dir)
+    raise ValueError(f"unknown DIFFTUNE_PROFILE {profile!r}: sample or full")
+
+
+@dg.definitions
+def resources() -> dg.Definitions:
+    import os
+
+    profile = os.environ.get("DIFFTUNE_PROFILE", "sample")
+    return dg.Definitions(
+        resources={
+            "warehouse": Warehouse(path=os.environ.get("DIFFTUNE_WAREHOUSE", str(store.DEFAULT_PATH))),
+            "engine": EngineResource(mcpu=os.environ.get("DIFFTUNE_MCPU", "haswell")),
+            "sources": sources_for_profile(profile, os.environ.get("DIFFTUNE_DATA_DIR")),
+        }
+    )

@@ -1,0 +1,224 @@
+"""The in-process engine against the llvm-mca binary, and every override."""
+
+import csv
+
+import numpy as np
+import pytest
+
+from conftest import SAMPLE, SHARED_DATA, llvm_mca_many
+from difftune_pipeline.engine import Engine, InvalidTable, ParamTable
+
+
+def _exactness(engine: Engine, hexes: list[str]):
+    """Engine vs binary on identical input: the AT&T text both of them parse."""
+    blocks = [engine.parse_asm("\n".join(engine.disassemble(h).asm)) for h in hexes]
+    ours = engine.simulate(blocks, threads=2)
+    ref = llvm_mca_many([list(b.asm) for b in blocks], engine.mcpu)
+    return [(h, c, r) for h, c, r in zip(hexes, ours.cycles.tolist(), ref) if c != r]
+
+
+def test_default_table_matches_llvm_mca_binary(haswell, sample_rows):
+    mismatches = _exactness(haswell, [h for h, _ in sample_rows[:300]])
+    assert mismatches == []
+
+
+@pytest.mark.parametrize("mcpu,file", [("skylake", "bhive_skl.csv"), ("ivybridge", "bhive_ivb.csv")])
+def test_other_cpus_match_llvm_mca_binary(mcpu, file):
+    with open(SHARED_DATA / "ground_truth" / file) as fh:
+        hexes = [row[0] for _, row in zip(range(100), csv.reader(fh))]
+    assert _exactness(Engine(mcpu), hexes) == []
+
+
+def test_hex_path_equals_text_path_when_encoding_survives(haswell, sample_rows):
+    hexes = [h for h, _ in sample_rows[:200]]
+    direct = haswell.disassemble_many(hexes)
+    reparsed = [haswell.parse_asm("\n".join(b.asm)) for b in direct]
+    same_opcodes = [i for i, (a, b) in enumerate(zip(direct, reparsed)) if a.opcodes == b.opcodes]
+    assert len(same_opcodes) > 190
+    a = haswell.simulate([direct[i] for i in same_opcodes]).cycles
+    b = haswell.simulate([reparsed[i] for i in same_opcodes]).cycles
+    assert np.array_equal(a, b)
+
+
+def _cycles(engine, asm: str, table=None, **kw) -> int:
+    block = engine.parse_asm(asm)
+    assert block.ok, block.error
+    result = engine.simulate([block], table, **kw)
+    assert result.status == ["ok"], result.status
+    return int(result.cycles[0])
+
+
+def _edit(engine, **rows) -> ParamTable:
+    table = engine.default_table()
+    for key, changes in rows.items():
+        table.rows[key].update(changes)
+    return table
+
+
+CHAIN_IMUL = "imulq %rax, %rax\n" * 4
+INDEPENDENT_IMUL = "\n".join(f"imulq %rsi, %r{i}" for i in range(8, 16))
+INDEPENDENT_ADD = "\n".join(f"addq $1, %r{i}" for i in range(8, 16))
+
+
+def test_latency_on_a_dependency_chain(haswell):
+    base = _cycles(haswell, CHAIN_IMUL)
+    assert haswell.default_table().rows["IMUL64rr"]["latency"] == [3]
+    slower = _cycles(haswell, CHAIN_IMUL, _edit(haswell, IMUL64rr={"latency": [6]}))
+    assert base == pytest.approx(3 * 4 * 100, rel=0.02)
+    assert slower == pytest.approx(6 * 4 * 100, rel=0.02)
+
+
+def test_override_does_not_leak_to_opcodes_sharing_a_class(haswell):
+    add_chain, and_chain = "addq %rbx, %rax\n" * 4, "andq %rbx, %rax\n" * 4
+    table = _edit(haswell, ADD64rr={"latency": [5]})
+    assert _cycles(haswell, add_chain, table) > 4 * _cycles(haswell, add_chain)
+    assert _cycles(haswell, and_chain, table) == _cycles(haswell, and_chain)
+
+
+def test_port_map(haswell):
+    base = _cycles(haswell, INDEPENDENT_IMUL)
+    assert haswell.default_table().rows["IMUL64rr"]["ports"]["HWPort1"] == 1
+    row = haswell.default_table().rows["IMUL64rr"]
+    doubled = _cycles(haswell, INDEPENDENT_IMUL, _edit(haswell, IMUL64rr={"ports": {**row["ports"], "HWPort1": 2}}))
+    assert base == pytest.approx(8 * 100, rel=0.02)
+    assert doubled == pytest.approx(16 * 100, rel=0.02)
+    spread = _cycles(haswell, INDEPENDENT_IMUL, _edit(haswell, IMUL64rr={"ports": {"HWPort0156": 1}}))
+    assert spread < base
+
+
+def test_micro_ops(haswell):
+    base = _cycles(haswell, INDEPENDENT_ADD)
+    more = _cycles(haswell, INDEPENDENT_ADD, _edit(haswell, ADD64ri8={"uops": 4}))
+    assert base == pytest.approx(2 * 100, rel=0.05)  # 8 µops at 4 per cycle
+    assert more == pytest.approx(8 * 100, rel=0.05)  # 32 µops at 4 per cycle
+
+
+def test_read_advance(haswell):
+    chain = "addq (%rdi), %rax\n" * 4
+    row = haswell.default_table().rows["ADD64rm"]
+    assert any(c == 5 for _, _, c in row["read_advance"])
+    base = _cycles(haswell, chain)
+    none = _cycles(haswell, chain, _edit(haswell, ADD64rm={"read_advance": [[u, w, 0] for u, w, _ in row["read_advance"]]}))
+    assert none > base + 4 * 100 * 4
+
+
+def test_dispatch_width(haswell):
+    table = haswell.default_table()
+    assert table.globals["dispatch_width"] == 4
+    table.globals["dispatch_width"] = 1
+    assert _cycles(haswell, INDEPENDENT_ADD, table) == pytest.approx(8 * 100, rel=0.05)
+
+
+def test_reorder_buffer(haswell):
+    block = "imulq %rax, %rax\n" + "\n".join(f"addq $1, %r{i}" for i in range(8, 16))
+    base = _cycles(haswell, block)
+    table = haswell.default_table()
+    table.globals["micro_op_buffer_size"] = 2
+    assert _cycles(haswell, block, table) > base * 1.5
+
+
+def test_export_import_leaves_results_unchanged(haswell, sample_rows, tmp_path):
+    blocks = haswell.disassemble_many([h for h, _ in sample_rows[:200]])
+    table = haswell.default_table(blocks)
+    path = tmp_path / "t.json"
+    table.to_json(path)
+    again = ParamTable.from_json(path)
+    assert again == table
+    assert ParamTable.from_frame(table.to_frame(), table.mcpu, table.llvm_version) == table
+    # Compiling every row (not only changed ones) must reproduce LLVM exactly.
+    full = haswell._native.compile(again.globals, [{"key": k, **r} for k, r in again.rows.items()])
+    n = len(blocks)
+    cycles, _ = haswell._native.simulate(blocks, [full], list(range(n)), [0] * n, 100, 2, 10**7)
+    assert cycles == haswell.simulate(blocks).cycles.tolist()
+
+
+def test_variant_resolutions_are_separate_rows(haswell):
+    zero = haswell.parse_asm("xorl %eax, %eax")
+    normal = haswell.parse_asm("xorl %ebx, %eax")
+    assert zero.row_keys != normal.row_keys
+    table = haswell.default_table([zero, normal])
+    assert zero.row_keys[0] in table.rows and normal.row_keys[0] in table.rows
+    slow_zero = _edit(haswell, **{})
+    slow_zero.rows[zero.row_keys[0]] = {**table.rows[zero.row_keys[0]], "latency": [9]}
+    chain_zero, chain_normal = "xorl %eax, %eax\naddl %eax, %eax\n", "xorl %ebx, %eax\naddl %eax, %eax\n"
+    assert _cycles(haswell, chain_zero, slow_zero) > _cycles(haswell, chain_zero)
+    assert _cycles(haswell, chain_normal, slow_zero) == _cycles(haswell, chain_normal)
+
+
+@pytest.mark.parametrize("hex_,reason", [
+    ("abc", "odd number"), ("zz", "non-hex"), ("", "empty"), ("0fff", "undecodable"), ("06", "undecodable"),
+])
+def test_bad_blocks_fail_alone(haswell, hex_, reason):
+    good = haswell.disassemble("4801d8")
+    bad = haswell.disassemble(hex_)
+    assert not bad.ok and reason in bad.error
+    result = haswell.simulate([good, bad, good])
+    assert result.status[0] == result.status[2] == "ok"
+    assert reason in result.status[1] and result.cycles[1] == -1
+
+
+def test_unsupported_instruction_fails_alone():
+    zen = Engine("znver1")
+    blocks = [zen.parse_asm("vpaddd %zmm0, %zmm1, %zmm2"), zen.parse_asm("addq %rax, %rbx")]
+    result = zen.simulate(blocks)
+    assert "unsupported instruction" in result.status[0]
+    assert result.status[1] == "ok"
+
+
+def test_bad_assembly_text(haswell):
+    block = haswell.parse_asm("addq %rax, %notareg")
+    assert not block.ok and "line 1" in block.error
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"IMUL64rr": {"latency": [5000]}}, "opcode 'IMUL64rr': latency[0] = 5000 is outside"),
+    ({"IMUL64rr": {"uops": -1}}, "opcode 'IMUL64rr': uops = -1"),
+    ({"IMUL64rr": {"uops": 0}}, "opcode 'IMUL64rr': uops = 0 while the port map"),
+    ({"IMUL64rr": {"ports": {"HWPort9": 1}}}, "no processor resource 'HWPort9'"),
+    ({"IMUL64rr": {"ports": {"HWPort1": 2000}}}, "ports.HWPort1 = 2000"),
+    ({"IMUL64rr": {"read_advance": [[0, 0, 5000]]}}, "read_advance[0] = 5000"),
+])
+def test_invalid_tables_are_refused_naming_opcode_and_parameter(haswell, changes, message):
+    with pytest.raises(InvalidTable, match=message.replace("[", r"\[").replace("]", r"\]")):
+        haswell.compile(_edit(haswell, **changes))
+
+
+def test_invalid_globals_and_unknown_opcode(haswell):
+    table = haswell.default_table()
+    table.globals["dispatch_width"] = 0
+    with pytest.raises(InvalidTable, match="dispatch_width = 0"):
+        haswell.compile(table)
+    table = haswell.default_table()
+    table.rows["NOT_AN_OPCODE"] = table.rows["IMUL64rr"]
+    with pytest.raises(InvalidTable, match="'NOT_AN_OPCODE': no such opcode"):
+        haswell.compile(table)
+
+
+def test_invalid_table_fails_only_its_pairs(haswell):
+    blocks = [haswell.parse_asm(CHAIN_IMUL)]
+    bad = _edit(haswell, IMUL64rr={"latency": [-3]})
+    result = haswell.simulate_pairs(blocks, [None, bad], [0, 0], [0, 1])
+    assert result.status[0] == "ok"
+    assert "invalid table" in result.status[1] and "latency[0] = -3" in result.status[1]
+
+
+def test_cycle_cap_stops_a_runaway_table(haswell):
+    table = _edit(haswell, IMUL64rr={"latency": [1000]})
+    result = haswell.simulate([haswell.parse_asm(CHAIN_IMUL)], table, cycle_cap=10_000)
+    assert "cycle cap" in result.status[0] and result.cycles[0] == -1
+
+
+def test_threads_do_not_change_results(haswell, sample_rows):
+    blocks = haswell.disassemble_many([h for h, _ in sample_rows[:200]])
+    tables = [None, _edit(haswell, IMUL64rr={"latency": [7]}), _edit(haswell, ADD64rr={"uops": 3})]
+    n = len(blocks)
+    bi = np.tile(np.arange(n), 3)
+    ti = np.repeat(np.arange(3), n)
+    one = haswell.simulate_pairs(blocks, tables, bi, ti, threads=1)
+    two = haswell.simulate_pairs(blocks, tables, bi, ti, threads=2)
+    assert np.array_equal(one.cycles, two.cycles)
+
+
+def test_unknown_cpu():
+    with pytest.raises(ValueError, match="unknown x86 CPU 'pentium9'"):
+        Engine("pentium9")
