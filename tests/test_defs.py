@@ -1,0 +1,33 @@
+"""The Dagster definitions load, and materialising twice adds nothing."""
+
+import dagster as dg
+
+from difftune_pipeline import store
+from difftune_pipeline.definitions import defs
+from difftune_pipeline.defs.resources import DataSources, EngineResource, Warehouse
+
+
+def test_definitions_load():
+    definitions = defs()
+    dg.Definitions.validate_loadable(definitions)
+    keys = {k.to_user_string() for k in definitions.resolve_asset_graph().get_all_asset_keys()}
+    assert {"measurements", "block_sources", "blocks", "splits", "quarantine"} <= keys
+
+
+def test_materialise_the_ingestion_graph_twice(warehouse):
+    definitions = defs()
+    assets = [a for a in definitions.assets if isinstance(a, dg.AssetsDefinition)]
+    resources = {"warehouse": Warehouse(path=str(warehouse)), "engine": EngineResource(mcpu="haswell"),
+                 "sources": DataSources.sample()}
+    instance = dg.DagsterInstance.ephemeral()
+    assert dg.materialize(assets, resources=resources, instance=instance).success
+    tables = ["blocks", "measurements", "block_sources", "splits", "quarantine", "batches"]
+    counts = {t: store.query(f"SELECT count(*) FROM {t}", warehouse).item() for t in tables}
+    assert counts["measurements"] == 2000 and counts["splits"] == counts["blocks"]
+    read = store.query("SELECT sum(n_read) - sum(n_ingested) - sum(n_quarantined) FROM batches", warehouse).item()
+    assert read == 0
+    again = dg.materialize(assets, resources=resources, instance=instance)
+    assert again.success
+    assert {t: store.query(f"SELECT count(*) FROM {t}", warehouse).item() for t in tables} == counts
+    meta = again.asset_materializations_for_node("measurements")[0].metadata
+    assert meta["new_batches"].value == 0

@@ -1,0 +1,118 @@
+"""Ingestion: every row accounted for, bad rows quarantined with reasons, idempotent."""
+
+import polars as pl
+import pytest
+
+from conftest import SAMPLE
+from difftune_pipeline import ingest, store
+from difftune_pipeline.blocks import block_id, split_of
+
+GOOD = "4801d8,100.0\n4883c0014839d875f7,250\n"
+BAD_LINES = {
+    "zz12,100": "non-hex character",
+    "abc,100": "odd number of hex digits",
+    ",100": "empty hex string",
+    "4801d8": "expected 2 comma-separated fields",
+    "4801d8,1,2": "expected 2 comma-separated fields",
+    "4801c8,abc": "is not a number",
+    "4801c8,-5": "must be positive",
+    "4801c8,0": "must be positive",
+    "4801c8,nan": "is not finite",
+    "0fff,100": "undecodable",
+}
+
+
+def _count(db, sql):
+    return store.query(sql, db).item()
+
+
+def test_good_and_bad_rows_are_all_accounted_for(haswell, warehouse, tmp_path):
+    path = tmp_path / "batch.csv"
+    path.write_text(GOOD + "\n".join(BAD_LINES) + "\n")
+    summary = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+    assert (summary.n_read, summary.n_ingested, summary.n_quarantined) == (2 + len(BAD_LINES), 2, len(BAD_LINES))
+    reasons = dict(store.query("SELECT raw, reason FROM quarantine", warehouse).iter_rows())
+    for raw, reason in BAD_LINES.items():
+        matching = [r for k, r in reasons.items() if k.split(",")[0] == raw.split(",")[0] and reason in r]
+        assert matching, (raw, reasons)
+    assert _count(warehouse, "SELECT count(*) FROM measurements") == 2
+    assert _count(warehouse, "SELECT cycles_per_100 FROM measurements WHERE block_id = ?".replace("?", f"'{block_id('4801d8')}'")) == 100.0
+    # An undecodable block is kept, quarantined, in blocks too.
+    assert _count(warehouse, "SELECT reason FROM blocks WHERE hex = '0fff'").startswith("undecodable")
+
+
+def test_duplicates_and_conflicts_within_a_batch(haswell, warehouse, tmp_path):
+    path = tmp_path / "dups.csv"
+    path.write_text("4801d8,100\n4801D8,100\n4801d8,120\n")
+    summary = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+    assert (summary.n_ingested, summary.n_quarantined) == (1, 2)
+    reasons = store.query("SELECT reason FROM quarantine ORDER BY line_no", warehouse)["reason"].to_list()
+    assert reasons == ["duplicate of line 1", "conflicts with line 1 (cycles 100 vs 120)"]
+
+
+def test_reingesting_adds_nothing_and_new_files_add_only_what_is_new(haswell, warehouse, tmp_path):
+    first = tmp_path / "a.csv"
+    first.write_text(GOOD)
+    ingest.ingest_measurements(first, "haswell", warehouse, haswell)
+    tables = ["blocks", "measurements", "quarantine", "batches"]
+    before = {t: _count(warehouse, f"SELECT count(*) FROM {t}") for t in tables}
+    again = ingest.ingest_measurements(first, "haswell", warehouse, haswell)
+    assert again.already_ingested
+    assert {t: _count(warehouse, f"SELECT count(*) FROM {t}") for t in tables} == before
+    second = tmp_path / "b.csv"
+    second.write_text("4801d8,101\n4829d8,90\n")  # one known block, one new
+    ingest.ingest_measurements(second, "haswell", warehouse, haswell)
+    assert _count(warehouse, "SELECT count(*) FROM blocks") == before["blocks"] + 1
+    assert _count(warehouse, "SELECT count(*) FROM measurements") == before["measurements"] + 2
+    # The same bytes measured on another µarch are another batch.
+    assert not ingest.ingest_measurements(first, "skylake", warehouse, haswell).already_ingested
+
+
+def test_units_convert_per_iteration_measurements(haswell, warehouse, tmp_path):
+    path = tmp_path / "zen.csv"
+    path.write_text("4801d8,1.25\n")
+    ingest.ingest_measurements(path, "znver1", warehouse, haswell, unit="cycles_per_iteration")
+    assert _count(warehouse, "SELECT cycles_per_100 FROM measurements") == 125.0
+    with pytest.raises(ValueError, match="unknown unit"):
+        ingest.ingest_measurements(path, "znver1", warehouse, haswell, unit="seconds")
+
+
+def test_corpus_ingestion_and_identical_files_of_two_apps(haswell, warehouse, tmp_path):
+    for app in ("appa", "appb"):
+        (tmp_path / f"{app}.csv").write_text("4801d8,0.5\n4829d8,0\nzz,1\n4801c8,-1\n")
+        s = ingest.ingest_corpus(tmp_path / f"{app}.csv", warehouse, haswell)
+        assert (s.n_read, s.n_ingested, s.n_quarantined) == (4, 2, 2)
+    assert _count(warehouse, "SELECT count(DISTINCT app) FROM block_sources") == 2
+    assert _count(warehouse, "SELECT count(*) FROM block_sources") == 4
+
+
+def test_splits_are_deterministic_and_stable(haswell, warehouse, sample_rows):
+    ids = [block_id(h) for h, _ in sample_rows]
+    splits = [split_of(b) for b in ids]
+    assert splits == [split_of(b) for b in ids]
+    counts = {s: splits.count(s) / len(splits) for s in ("train", "val", "test")}
+    assert counts["train"] == pytest.approx(0.8, abs=0.03) and counts["test"] == pytest.approx(0.1, abs=0.02)
+    ingest.ingest_measurements(SAMPLE / "bhive_hsw_sample.csv", "haswell", warehouse, haswell)
+    first = ingest.assign_splits(warehouse)
+    assert sum(first.values()) == len(sample_rows)
+    assert ingest.assign_splits(warehouse) == first
+    stored = dict(store.query("SELECT block_id, split FROM splits", warehouse).iter_rows())
+    assert all(stored[b] == split_of(b) for b in ids)
+
+
+def test_queries_cannot_write(haswell, warehouse, tmp_path):
+    path = tmp_path / "a.csv"
+    path.write_text(GOOD)
+    ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+    for sql in ("DELETE FROM blocks", "DROP TABLE blocks", "CREATE TABLE x (a INT)", "INSERT INTO splits VALUES ('a', 'b')"):
+        with pytest.raises(Exception, match="read-only"):
+            store.query(sql, warehouse)
+    assert _count(warehouse, "SELECT count(*) FROM blocks") == 2
+
+
+def test_schema_migrations_are_recorded(warehouse):
+    con = store.connect(warehouse)
+    assert store.schema_version(con) == len(store.MIGRATIONS)
+    store.migrate(con)  # a second run changes nothing
+    assert store.scalar(con, "SELECT count(*) FROM schema_version") == len(store.MIGRATIONS)
+    con.close()
