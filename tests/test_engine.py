@@ -222,3 +222,14 @@ def test_threads_do_not_change_results(haswell, sample_rows):
 def test_unknown_cpu():
     with pytest.raises(ValueError, match="unknown x86 CPU 'pentium9'"):
         Engine("pentium9")
+
+
+def test_fast_forward_is_opt_in_and_close(haswell, sample_rows):
+    blocks = haswell.disassemble_many([h for h, _ in sample_rows[:300]])
+    full = haswell.simulate(blocks, iterations=1000).cycles
+    fast = haswell.simulate(blocks, iterations=1000, fast_forward=True).cycles
+    assert np.mean(full == fast) >= 0.98
+    assert np.max(np.abs(fast - full) / full) < 0.1
+    chain = [haswell.parse_asm(CHAIN_IMUL)]
+    assert haswell.simulate(chain, iterations=1000, fast_forward=True).cycles[0] == \
+        haswell.simulate(chain, iterations=1000).cycles[0]

@@ -94,17 +94,23 @@ class Engine:
     # ---- simulation -------------------------------------------------------
     def simulate(self, blocks: list[Block], table: ParamTable | None = None, *,
                  iterations: int = DEFAULT_ITERATIONS, threads: int | None = None,
-                 cycle_cap: int = DEFAULT_CYCLE_CAP) -> SimResult:
+                 cycle_cap: int = DEFAULT_CYCLE_CAP, fast_forward: bool = False) -> SimResult:
         """Every block under one table."""
         n = len(blocks)
         return self.simulate_pairs(blocks, [table], np.arange(n), np.zeros(n, dtype=np.int64),
-                                   iterations=iterations, threads=threads, cycle_cap=cycle_cap)
+                                   iterations=iterations, threads=threads, cycle_cap=cycle_cap,
+                                   fast_forward=fast_forward)
 
     def simulate_pairs(self, blocks: list[Block], tables: list[ParamTable | None],
                        block_idx, table_idx, *, iterations: int = DEFAULT_ITERATIONS,
-                       threads: int | None = None, cycle_cap: int = DEFAULT_CYCLE_CAP) -> SimResult:
+                       threads: int | None = None, cycle_cap: int = DEFAULT_CYCLE_CAP,
+                       fast_forward: bool = False) -> SimResult:
         """Pairs (blocks[block_idx[i]], tables[table_idx[i]]). An invalid table
-        fails only its own pairs, with the validation message as their status."""
+        fails only its own pairs, with the validation message as their status.
+
+        ``fast_forward`` (opt-in) stops a simulation once the cycles between
+        iterations repeat and extrapolates the rest (bench/engine_fast_forward.py
+        measures its speed-up and exactness)."""
         block_idx = np.asarray(block_idx, dtype=np.int64)
         table_idx = np.asarray(table_idx, dtype=np.int64)
         compiled, errors = [], {}
@@ -116,7 +122,7 @@ class Engine:
                 compiled.append(self.compile(None))
         cycles, status = self._native.simulate(
             list(blocks), compiled, block_idx.tolist(), table_idx.tolist(),
-            iterations, threads or default_threads(), cycle_cap)
+            iterations, threads or default_threads(), cycle_cap, fast_forward)
         cycles = np.asarray(cycles, dtype=np.int64)
         for i, t in enumerate(table_idx.tolist()):
             if t in errors:

@@ -119,14 +119,15 @@ NB_MODULE(_engine, m) {
           [](const dt::Engine &E, const std::vector<dt::Block> &Blocks,
              const std::vector<dt::Table> &Tables, const std::vector<int64_t> &BlockIdx,
              const std::vector<int64_t> &TableIdx, unsigned Iterations, unsigned Threads,
-             uint64_t CycleCap) {
+             uint64_t CycleCap, bool FastForward) {
             dt::SimResult R;
             {
               nb::gil_scoped_release Release;
-              R = E.simulate(Blocks, Tables, BlockIdx, TableIdx, Iterations, Threads, CycleCap);
+              R = E.simulate(Blocks, Tables, BlockIdx, TableIdx, Iterations, Threads, CycleCap,
+                             FastForward);
             }
             return nb::make_tuple(R.cycles, R.status);
           },
           "blocks"_a, "tables"_a, "block_idx"_a, "table_idx"_a, "iterations"_a = 100,
-          "threads"_a = 1, "cycle_cap"_a = 10000000);
+          "threads"_a = 1, "cycle_cap"_a = 10000000, "fast_forward"_a = false);
 }

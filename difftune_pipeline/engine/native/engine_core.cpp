@@ -97,18 +97,56 @@ class CollectingStreamer final : public MCStreamer {
 #endif
 };
 
-// Ends a simulation that runs past its cycle budget. It fails in cycleEnd:
-// LLVM 14's Pipeline overwrites errors returned from cycleStart.
-class CycleCapStage final : public mca::Stage {
-  uint64_t Cap, Cycles = 0;
+// Watches a simulation: ends it past its cycle budget, and (opt-in) fast-forwards
+// it once the cycles between iterations repeat. It fails in cycleEnd: LLVM 14's
+// Pipeline overwrites errors returned from cycleStart.
+class MonitorStage final : public mca::Stage, public mca::HWEventListener {
+  static constexpr size_t kWindow = 32, kMaxPeriod = 16;
+  const uint64_t Cap;
+  const unsigned BlockSize, Iterations;
+  const bool FastForward;
+  uint64_t Cycles = 0;
+  std::vector<uint64_t> Retired;  // cycle in which each iteration's last instruction retired
+
+  uint64_t delta(size_t I) const { return Retired[I] - Retired[I - 1]; }
+
+  // Once the last kWindow per-iteration increments are periodic with some
+  // period P, the remaining iterations are taken to follow the same pattern.
+  void detect() {
+    const size_t K = Retired.size();
+    if (K >= Iterations) return;
+    for (size_t P = 1; P <= kMaxPeriod && kWindow + P + 1 < K; ++P) {
+      bool Periodic = true;
+      for (size_t J = 0; J < kWindow && Periodic; ++J)
+        Periodic = delta(K - 1 - J) == delta(K - 1 - J - P);
+      if (!Periodic) continue;
+      const size_t Remaining = Iterations - K;
+      uint64_t Last = Retired[K - 1] + (Remaining / P) * (Retired[K - 1] - Retired[K - 1 - P]);
+      for (size_t J = 0; J < Remaining % P; ++J) Last += delta(K - P + J);
+      Extrapolated = Last + 1;
+      return;
+    }
+  }
 
  public:
-  explicit CycleCapStage(uint64_t C) : Cap(C) {}
+  int64_t Extrapolated = -1;  // total cycles predicted by fast-forward
+  MonitorStage(uint64_t Cap, unsigned BlockSize, unsigned Iterations, bool FastForward)
+      : Cap(Cap), BlockSize(BlockSize), Iterations(Iterations), FastForward(FastForward) {}
   bool hasWorkToComplete() const override { return false; }
   bool isAvailable(const mca::InstRef &) const override { return true; }
   Error execute(mca::InstRef &) override { return ErrorSuccess(); }
+  void onEvent(const mca::HWInstructionEvent &E) override {
+    if (E.Type != mca::HWInstructionEvent::Retired ||
+        E.IR.getSourceIndex() % BlockSize != BlockSize - 1)
+      return;
+    Retired.push_back(Cycles);
+    if (FastForward && Extrapolated < 0) detect();
+  }
   Error cycleEnd() override {
-    if (++Cycles > Cap)
+    ++Cycles;
+    if (Extrapolated >= 0)
+      return createStringError(inconvertibleErrorCode(), "fast-forwarded");
+    if (Cycles > Cap)
       return createStringError(inconvertibleErrorCode(), "cycle cap of %llu cycles exceeded",
                                (unsigned long long)Cap);
     return ErrorSuccess();
@@ -617,7 +655,7 @@ Table Engine::compile(const Globals &G, const std::vector<Row> &rows) const {
 
 static std::pair<int64_t, std::string> simulateOne(const EngineImpl &E, const BlockImpl &B,
                                                    const TableImpl &T, unsigned Iterations,
-                                                   uint64_t Cap) {
+                                                   uint64_t Cap, bool FastForward) {
   if (!B.Error.empty()) return {-1, "bad block: " + B.Error};
   const MCSubtargetInfo &STI = *T.STI;
 #if LLVM_VERSION_MAJOR >= 19
@@ -652,16 +690,23 @@ static std::pair<int64_t, std::string> simulateOne(const EngineImpl &E, const Bl
   mca::Context Ctx(*E.MRI, STI);
   mca::PipelineOptions PO(0, 0, 0, 0, 0, 0, /*NoAlias=*/true);
   auto P = Ctx.createDefaultPipeline(PO, S, *CB);
-  P->appendStage(std::make_unique<CycleCapStage>(Cap));
+  auto Monitor = std::make_unique<MonitorStage>(Cap, Lowered.size(), Iterations, FastForward);
+  MonitorStage &M = *Monitor;
+  P->addEventListener(&M);
+  P->appendStage(std::move(Monitor));
   Expected<unsigned> Cycles = P->run();
-  if (!Cycles) return {-1, errorText(Cycles.takeError())};
+  if (!Cycles) {
+    std::string Why = errorText(Cycles.takeError());
+    if (M.Extrapolated >= 0) return {M.Extrapolated, "ok"};
+    return {-1, Why};
+  }
   return {(int64_t)*Cycles, "ok"};
 }
 
 SimResult Engine::simulate(const std::vector<Block> &blocks, const std::vector<Table> &tables,
                            const std::vector<int64_t> &block_idx,
                            const std::vector<int64_t> &table_idx, unsigned iterations,
-                           unsigned threads, uint64_t cycle_cap) const {
+                           unsigned threads, uint64_t cycle_cap, bool fast_forward) const {
   if (block_idx.size() != table_idx.size())
     throw std::invalid_argument("block_idx and table_idx differ in length");
   if (iterations == 0) throw std::invalid_argument("iterations must be at least 1");
@@ -680,7 +725,7 @@ SimResult Engine::simulate(const std::vector<Block> &blocks, const std::vector<T
     for (size_t I; (I = Next++) < N;) {
       try {
         auto [C, St] = simulateOne(*impl_, *blocks[block_idx[I]].impl, *tables[table_idx[I]].impl,
-                                   iterations, cycle_cap);
+                                   iterations, cycle_cap, fast_forward);
         Out.cycles[I] = C;
         Out.status[I] = std::move(St);
       } catch (const std::exception &X) {

@@ -92,9 +92,11 @@ class Engine {
   Table compile(const Globals &globals, const std::vector<Row> &rows) const;
 
   // Simulate pairs (blocks[block_idx[i]], tables[table_idx[i]]) on `threads` threads.
+  // fast_forward: stop once the cycles per iteration repeat and extrapolate.
   SimResult simulate(const std::vector<Block> &blocks, const std::vector<Table> &tables,
                      const std::vector<int64_t> &block_idx, const std::vector<int64_t> &table_idx,
-                     unsigned iterations, unsigned threads, uint64_t cycle_cap) const;
+                     unsigned iterations, unsigned threads, uint64_t cycle_cap,
+                     bool fast_forward) const;
 
  private:
   std::shared_ptr<EngineImpl> impl_;
