@@ -178,7 +178,6 @@ struct EngineImpl {
   size_t NumWPR = 0, NumWL = 0, NumRA = 0;
   std::vector<uint64_t> ResMask;  // mca's resource masks
   StringMap<unsigned> OpcodeByName, ResourceByName;
-  const SubtargetSubTypeKV *ProcDesc = nullptr;
 
   unsigned staticClass(unsigned Opcode) const { return MCII->get(Opcode).getSchedClass(); }
   bool isValidClass(unsigned C) const { return C && SM->getSchedClassDesc(C)->isValid(); }
@@ -244,10 +243,13 @@ class OverrideSubtargetInfo final : public MCSubtargetInfo {
                         const MCWriteProcResEntry *WPR, const MCWriteLatencyEntry *WL,
                         const MCReadAdvanceEntry *RA,
                         const std::unordered_map<uint64_t, unsigned> &Priv)
-      : MCSubtargetInfo(Eng.TT, Eng.STI->getCPU(), Eng.STI->getCPU(),
-                        Eng.STI->getFeatureString(), Eng.STI->getAllProcessorFeatures(), PD,
-                        WPR, WL, RA, nullptr, nullptr, nullptr),
-        E(Eng), Private(Priv) {}
+      // No feature table: the features are copied from the original subtarget
+      // (LLVM 14 does not expose its feature and processor tables).
+      : MCSubtargetInfo(Eng.TT, Eng.STI->getCPU(), Eng.STI->getCPU(), "", {}, PD, WPR, WL, RA,
+                        nullptr, nullptr, nullptr),
+        E(Eng), Private(Priv) {
+    setFeatureBits(Eng.STI->getFeatureBits());
+  }
 
   unsigned resolveVariantSchedClass(unsigned SchedClass, const MCInst *MI,
                                     const MCInstrInfo *MCII, unsigned CPUID) const override {
@@ -320,9 +322,6 @@ Engine::Engine(const std::string &mcpu) : impl_(std::make_shared<EngineImpl>()) 
 
   E.SM = &E.STI->getSchedModel();
   E.NumClasses = E.SM->NumSchedClasses;
-  for (const SubtargetSubTypeKV &PD : E.STI->getAllProcessorDescriptions())
-    if (mcpu == PD.Key) E.ProcDesc = &PD;
-  if (!E.ProcDesc) throw std::invalid_argument("CPU '" + mcpu + "' has no processor description");
 
   // Locate the CPU's tables and their extents through the classes that index them.
   for (unsigned C = 0; C < E.NumClasses; ++C) {
@@ -642,8 +641,7 @@ Table Engine::compile(const Globals &G, const std::vector<Row> &rows) const {
   }
   T->SM.SchedClassTable = T->Classes.data();
   T->SM.NumSchedClasses = T->Classes.size();
-  T->ProcDesc.assign(1, *E.ProcDesc);
-  T->ProcDesc[0].SchedModel = &T->SM;
+  T->ProcDesc.push_back(SubtargetSubTypeKV{E.Mcpu.c_str(), FeatureBitArray({}), FeatureBitArray({}), &T->SM});
   T->STI = std::make_unique<OverrideSubtargetInfo>(E, T->ProcDesc, T->WPR.data(), T->WL.data(),
                                                    T->RA.data(), T->Private);
   if (T->STI->getFeatureBits() != E.STI->getFeatureBits() || &T->STI->getSchedModel() != &T->SM)
@@ -668,7 +666,6 @@ static std::pair<int64_t, std::string> simulateOne(const EngineImpl &E, const Bl
 #endif
   std::unique_ptr<mca::InstrPostProcess> IPP(E.TheTarget->createInstrPostProcess(STI, *E.MCII));
   if (!IPP) IPP = std::make_unique<mca::InstrPostProcess>(STI, *E.MCII);
-  IPP->resetState();
   SmallVector<std::unique_ptr<mca::Instruction>> Lowered;
   for (size_t I = 0; I < B.Insts.size(); ++I) {
 #if LLVM_VERSION_MAJOR >= 19
