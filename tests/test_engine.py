@@ -233,3 +233,11 @@ def test_fast_forward_is_opt_in_and_close(haswell, sample_rows):
     chain = [haswell.parse_asm(CHAIN_IMUL)]
     assert haswell.simulate(chain, iterations=1000, fast_forward=True).cycles[0] == \
         haswell.simulate(chain, iterations=1000).cycles[0]
+
+
+def test_partially_overlapping_port_groups_are_refused(haswell):
+    # MCA can crash issuing two partially overlapping groups; LLVM's own rows are kept.
+    with pytest.raises(InvalidTable, match="'HWPort05' and 'HWPort56' partially overlap"):
+        haswell.compile(_edit(haswell, MOV64rr={"ports": {"HWPort05": 1, "HWPort56": 1}}))
+    table = haswell.default_table()
+    assert haswell._native.compile(table.globals, [{"key": k, **r} for k, r in table.rows.items()])

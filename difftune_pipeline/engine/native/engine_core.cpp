@@ -578,6 +578,23 @@ Table Engine::compile(const Globals &G, const std::vector<Row> &rows) const {
         if (U.first == RIt->second) invalid(Where, "resource '" + Name + "' listed twice");
       Uses.push_back({RIt->second, Cy});
     }
+    // MCA issues a row's resources one after another; with two partially
+    // overlapping groups it can pick a unit the other one needed and crash.
+    // Resources with cycles must be pairwise nested or disjoint, unless LLVM's
+    // own row for this class already pairs them.
+    std::set<std::string> OwnPorts;
+    for (const auto &[Name, Cy] : rowFromClass(E, "", C).ports)
+      if (Cy) OwnPorts.insert(Name);
+    auto Own = [&](unsigned Res) { return OwnPorts.count(E.SM->getProcResource(Res)->Name) > 0; };
+    for (size_t I = 0; I < Uses.size(); ++I)
+      for (size_t J = I + 1; J < Uses.size(); ++J) {
+        uint64_t A = E.normalized(Uses[I].first), B = E.normalized(Uses[J].first);
+        if (Uses[I].second && Uses[J].second && (A & B) && (A & B) != A && (A & B) != B &&
+            !(Own(Uses[I].first) && Own(Uses[J].first)))
+          invalid(Where, "ports: '" + std::string(E.SM->getProcResource(Uses[I].first)->Name) +
+                             "' and '" + E.SM->getProcResource(Uses[J].first)->Name +
+                             "' partially overlap (give cycles to nested or disjoint resources only)");
+      }
     // Re-expand: a group's stored cycles include those of the resources inside it.
     E.sortByMask(Uses);
     std::vector<MCWriteProcResEntry> W;
