@@ -69,6 +69,71 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (batch_id, line_no)
     );
     """,
+    """
+    CREATE TABLE param_tables (
+        table_id   VARCHAR PRIMARY KEY,
+        mcpu       VARCHAR NOT NULL,
+        llvm_version VARCHAR NOT NULL,
+        kind       VARCHAR NOT NULL,      -- default | sampled | learned | baseline
+        preset     VARCHAR,               -- sampled: the sampling preset
+        seed       BIGINT,                -- sampled: the seed (values are regenerated from preset+seed)
+        parent_id  VARCHAR,               -- learned: the table it started from
+        space_id   VARCHAR,               -- the parameter space (rows x columns) it was drawn or learned in
+        created_at TIMESTAMP NOT NULL,
+        note       VARCHAR
+    );
+    CREATE TABLE param_values (
+        table_id   VARCHAR NOT NULL,
+        opcode     VARCHAR NOT NULL,      -- parameter-row key ('*' for globals)
+        param      VARCHAR NOT NULL,      -- latency | uops | read_advance | port:<resource> | <global>
+        idx        INTEGER NOT NULL,      -- def index (latency), use index (read_advance), else 0
+        value      BIGINT NOT NULL,
+        PRIMARY KEY (table_id, opcode, param, idx)
+    );
+    CREATE TABLE simulations (
+        block_id   VARCHAR NOT NULL,
+        table_id   VARCHAR NOT NULL,
+        mcpu       VARCHAR NOT NULL,
+        llvm_version VARCHAR NOT NULL,
+        iterations INTEGER NOT NULL,
+        cycles     BIGINT,                -- engine Total Cycles; NULL when status is not ok
+        status     VARCHAR NOT NULL,
+        shard      VARCHAR NOT NULL,
+        PRIMARY KEY (block_id, table_id, iterations)
+    );
+    CREATE TABLE surrogate_runs (
+        run_id     VARCHAR PRIMARY KEY,   -- fingerprint of data, configuration and code version
+        mcpu       VARCHAR NOT NULL,
+        model      VARCHAR NOT NULL,
+        checkpoint VARCHAR NOT NULL,
+        n_train    BIGINT NOT NULL,
+        n_heldout  BIGINT NOT NULL,
+        heldout_mape DOUBLE NOT NULL,      -- fidelity against the engine on held-out (block, table) pairs
+        heldout_kendall_tau DOUBLE,
+        train_seconds DOUBLE NOT NULL,
+        config     VARCHAR NOT NULL,
+        created_at TIMESTAMP NOT NULL
+    );
+    CREATE TABLE predictions (
+        table_id   VARCHAR NOT NULL,
+        block_id   VARCHAR NOT NULL,
+        iterations INTEGER NOT NULL,
+        cycles     BIGINT,                -- engine Total Cycles (cycles per 100 iterations at 100)
+        status     VARCHAR NOT NULL,
+        PRIMARY KEY (table_id, block_id, iterations)
+    );
+    CREATE TABLE evaluations (
+        table_id   VARCHAR NOT NULL,
+        uarch      VARCHAR NOT NULL,
+        split      VARCHAR NOT NULL,
+        slice      VARCHAR NOT NULL,      -- all | app:<name> | ml:<kernel family> | len:<range> | mem:<kind>
+        n          BIGINT NOT NULL,
+        mape       DOUBLE,
+        kendall_tau DOUBLE,
+        evaluated_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (table_id, uarch, split, slice)
+    );
+    """,
 ]
 
 
@@ -149,3 +214,34 @@ def insert_new(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame, 
         )
     finally:
         con.unregister("_incoming")
+
+
+def save_table(con: duckdb.DuckDBPyConnection, table_id: str, table, *, kind: str, preset: str | None = None,
+               seed: int | None = None, parent_id: str | None = None, space_id: str | None = None,
+               note: str | None = None, values: bool = True) -> bool:
+    """Record a parameter table (its values too, unless it is regenerated from
+    preset and seed); returns False when ``table_id`` is already stored."""
+    from datetime import datetime, timezone
+
+    if scalar(con, "SELECT count(*) FROM param_tables WHERE table_id = ?", [table_id]):
+        return False
+    scalar(con, "INSERT INTO param_tables VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+           [table_id, table.mcpu, table.llvm_version, kind, preset, seed, parent_id, space_id,
+            datetime.now(timezone.utc).replace(tzinfo=None), note])
+    if values:
+        insert_new(con, "param_values", table.to_frame().with_columns(pl.lit(table_id).alias("table_id")),
+                   ["table_id", "opcode", "param", "idx"])
+    return True
+
+
+def load_table(table_id: str, path: str | Path = DEFAULT_PATH):
+    """A stored default or learned table, as a ParamTable."""
+    from difftune_pipeline.engine.table import ParamTable
+
+    meta = query("SELECT mcpu, llvm_version, kind FROM param_tables WHERE table_id = ?", path, [table_id])
+    if meta.is_empty():
+        raise KeyError(f"no parameter table {table_id!r} in the warehouse")
+    values = query("SELECT opcode, param, idx, value FROM param_values WHERE table_id = ?", path, [table_id])
+    if values.is_empty():
+        raise KeyError(f"table {table_id!r} ({meta['kind'][0]}) is regenerated from its preset and seed, not stored")
+    return ParamTable.from_frame(values, meta["mcpu"][0], meta["llvm_version"][0])
