@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from difftune_pipeline import store
@@ -168,17 +169,34 @@ def params_export(
 def materialize(
     select: Annotated[str, typer.Option(help="Dagster asset selection")] = "*",
 ) -> None:
-    """Materialise assets of the pipeline into the persistent Dagster instance."""
+    """Materialise assets of the pipeline into the persistent Dagster instance:
+    unpartitioned assets in topological runs, partitioned ones one run per partition."""
     import dagster as dg
 
     from difftune_pipeline.definitions import defs
 
     definitions = defs()
-    job = definitions.get_implicit_global_asset_job_def()
+    graph = definitions.resolve_asset_graph()
+    job = definitions.resolve_implicit_global_asset_job_def()
+    selected = dg.AssetSelection.from_string(select).resolve(graph)
+    ordered = [k for level in graph.toposorted_asset_keys_by_level for k in sorted(level) if k in selected]
+    runs: list[tuple[list, str | None]] = []
+    for key in ordered:
+        partitions = graph.get(key).partitions_def
+        if partitions is None:
+            if runs and runs[-1][1] is None:
+                runs[-1][0].append(key)
+            else:
+                runs.append(([key], None))
+        else:
+            runs += [([key], p) for p in partitions.get_partition_keys()]
     with dg.DagsterInstance.get() as instance:
-        selection = dg.AssetSelection.from_string(select).resolve(definitions.resolve_asset_graph())
-        result = job.execute_in_process(instance=instance, asset_selection=list(selection))
-    if not result.success:
-        raise typer.Exit(1)
-    for event in result.get_asset_materialization_events():
-        console.print(f"materialised [bold]{event.asset_key.to_user_string()}[/bold]")
+        for keys, partition in runs:
+            names = escape(", ".join(k.to_user_string() for k in keys) + (f" [{partition}]" if partition else ""))
+            with console.status(f"materialising {names}"):
+                result = job.execute_in_process(instance=instance, asset_selection=keys, partition_key=partition,
+                                                raise_on_error=False)
+            if not result.success:
+                console.print(f"[red]failed:[/red] {names}")
+                raise typer.Exit(1)
+            console.print(f"materialised [bold]{names}[/bold]")

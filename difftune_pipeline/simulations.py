@@ -51,7 +51,8 @@ def run_shard(db, engine: Engine, space: ParamSpace, default: ParamTable, tables
         "SELECT block_id, table_id FROM simulations WHERE iterations = ? AND table_id IN (SELECT unnest(?))",
         db, [iterations, [t.table_id for t in tables]])
     have = set(zip(done["block_id"].to_list(), done["table_id"].to_list()))
-    todo = [(b, t) for t in tables for b in planned_blocks(t, list(blocks), per_table) if (b, t.table_id) not in have]
+    planned = [(b, t) for t in tables for b in planned_blocks(t, list(blocks), per_table)]
+    todo = [(b, t) for b, t in planned if (b, t.table_id) not in have]
     compiled: dict[str, ParamTable] = {}
     written = 0
     for start in range(0, len(todo), chunk):
@@ -80,4 +81,4 @@ def run_shard(db, engine: Engine, space: ParamSpace, default: ParamTable, tables
         for t in needed:  # free tables whose pairs are all done
             if all(tt.table_id != t.table_id for _, tt in todo[start + chunk:]):
                 compiled.pop(t.table_id, None)
-    return {"planned": len(todo) + len(have), "already_done": len(have), "simulated": written}
+    return {"planned": len(planned), "already_done": len(planned) - len(todo), "simulated": written}

@@ -66,8 +66,8 @@ def tune(surrogate: Surrogate, space: ParamSpace, start: ParamTable, blocks: Blo
         if step % config.validate_every == 0 or step == config.steps:
             candidate = space.decode(theta.detach().numpy(), gvec.detach().numpy(), start)
             val = score(candidate)
-            history.append({"step": step, "surrogate_mape": float(loss), "val_mape": val})
-            log(f"tune: step {step}: surrogate train MAPE {100 * float(loss):.2f}%, engine val MAPE {100 * val:.2f}%")
+            history.append({"step": step, "surrogate_mape": loss.item(), "val_mape": val})
+            log(f"tune: step {step}: surrogate train MAPE {100 * loss.item():.2f}%, engine val MAPE {100 * val:.2f}%")
             if val < best_score:
                 best, best_score = candidate, val
     return best, history

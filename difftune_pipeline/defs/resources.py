@@ -1,8 +1,9 @@
 """Resources: the warehouse, the engine, and where the input data lives.
 
 Profiles (``DIFFTUNE_PROFILE``): ``sample`` reads the sample bundled in the
-package; ``full`` reads BHive's files from ``DIFFTUNE_DATA_DIR`` (laid out as
-``ground_truth/bhive_{hsw,ivb,skl}.csv`` and ``bhive_sources/*.csv``).
+package; ``smoke`` the same sample with tiny DiffTune settings (a quick check of
+the whole graph); ``full`` reads BHive's files from ``DIFFTUNE_DATA_DIR`` (laid
+out as ``ground_truth/bhive_{hsw,ivb,skl}.csv`` and ``bhive_sources/*.csv``).
 """
 
 from __future__ import annotations
@@ -77,13 +78,13 @@ class DataSources(dg.ConfigurableResource):
 
 
 def sources_for_profile(profile: str, data_dir: str | None) -> DataSources:
-    if profile == "sample":
+    if profile in ("sample", "smoke"):
         return DataSources.sample()
     if profile == "full":
         if not data_dir:
             raise ValueError("the full profile needs DIFFTUNE_DATA_DIR")
         return DataSources.full(data_dir)
-    raise ValueError(f"unknown DIFFTUNE_PROFILE {profile!r}: sample or full")
+    raise ValueError(f"unknown DIFFTUNE_PROFILE {profile!r}: sample, smoke or full")
 
 
 @dg.definitions
@@ -96,5 +97,38 @@ def resources() -> dg.Definitions:
             "warehouse": Warehouse(path=os.environ.get("DIFFTUNE_WAREHOUSE", str(store.DEFAULT_PATH))),
             "engine": EngineResource(mcpu=os.environ.get("DIFFTUNE_MCPU", "haswell")),
             "sources": sources_for_profile(profile, os.environ.get("DIFFTUNE_DATA_DIR")),
+            "settings": DiffTuneSettings.for_profile(profile),
         }
     )
+
+
+class DiffTuneSettings(dg.ConfigurableResource):
+    """How much to sample, simulate and train (see ``difftune_pipeline.pipeline.Settings``)."""
+
+    presets: list[str] = ["perturb", "difftune"]
+    tables_per_preset: int = 24
+    blocks_per_table: int = 0
+    iterations: int = 100
+    surrogate_epochs: int = 20
+    surrogate_hidden: int = 64
+    tune_start: str = "default"
+    tune_steps: int = 300
+    tune_lr: float = 0.05
+
+    def to_settings(self, shards: int):
+        from difftune_pipeline.pipeline import Settings
+        from difftune_pipeline.surrogate import SurrogateConfig
+        from difftune_pipeline.tune import TuneConfig
+
+        return Settings(presets=list(self.presets), tables_per_preset=self.tables_per_preset,
+                        blocks_per_table=self.blocks_per_table, shards=shards, iterations=self.iterations,
+                        surrogate=SurrogateConfig(epochs=self.surrogate_epochs, hidden=self.surrogate_hidden),
+                        tune=TuneConfig(start=self.tune_start, steps=self.tune_steps, lr=self.tune_lr))
+
+    @classmethod
+    def for_profile(cls, profile: str) -> DiffTuneSettings:
+        if profile == "full":
+            return cls(tables_per_preset=32, blocks_per_table=3000, surrogate_epochs=12, tune_steps=400)
+        if profile == "smoke":  # the whole graph in about a minute: a check, not a result
+            return cls(tables_per_preset=2, blocks_per_table=200, surrogate_epochs=1, tune_steps=10)
+        return cls()

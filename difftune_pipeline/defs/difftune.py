@@ -1,0 +1,110 @@
+"""DiffTune assets: default table, sampled tables, simulations (sharded),
+surrogate, learned parameters, evaluation. Each calls one idempotent stage of
+``difftune_pipeline.pipeline``; materialising again with nothing changed finds
+the stored result and does no work."""
+
+
+import dagster as dg
+import polars as pl
+
+from difftune_pipeline import store
+from difftune_pipeline.defs.ingest import WRITER_POOL, measurements, splits
+from difftune_pipeline.defs.metadata import markdown
+from difftune_pipeline.defs.resources import DiffTuneSettings, EngineResource, Warehouse
+from difftune_pipeline.pipeline import CODE_VERSIONS, Stage, changed_parameters, compare
+
+GROUP = "difftune"
+SHARDS = dg.StaticPartitionsDefinition([f"shard-{i}" for i in range(4)])
+
+
+def _stage(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings) -> Stage:
+    return Stage(warehouse.path, engine.get(), settings.to_settings(len(SHARDS.get_partition_keys())))
+
+
+@dg.asset(group_name=GROUP, deps=[splits, measurements], pool=WRITER_POOL, kinds={"duckdb"},
+          code_version=CODE_VERSIONS["default_params"])
+def default_params(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings) -> dg.MaterializeResult:
+    """LLVM's own table for the configured -mcpu: every opcode, plus the variant
+    resolutions used by the measured blocks (tables ``param_tables``/``param_values``)."""
+    out = _stage(warehouse, engine, settings).default_params()
+    return dg.MaterializeResult(metadata={"table_id": out["table_id"], "rows": out["rows"]},
+                                data_version=dg.DataVersion(out["table_id"]))
+
+
+@dg.asset(group_name=GROUP, deps=[default_params], pool=WRITER_POOL, kinds={"duckdb"},
+          code_version=CODE_VERSIONS["sampled_tables"])
+def sampled_tables(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings) -> dg.MaterializeResult:
+    """Parameter tables sampled from ``(preset, seed)``: DiffTune's uniform preset
+    and one that perturbs the defaults. Only their ids are stored; their values
+    are regenerated from preset and seed."""
+    out = _stage(warehouse, engine, settings).sampled_tables()
+    return dg.MaterializeResult(metadata=out, data_version=dg.DataVersion(f"{out['space_id']}-{out['tables']}"))
+
+
+@dg.asset(group_name=GROUP, deps=[sampled_tables], partitions_def=SHARDS, pool=WRITER_POOL, kinds={"duckdb"},
+          code_version=CODE_VERSIONS["simulations"])
+def simulations(context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource,
+                settings: DiffTuneSettings) -> dg.MaterializeResult:
+    """(train block, sampled table) pairs through the engine (table ``simulations``).
+    A shard skips pairs already stored: an interrupted run resumes without
+    repeating or duplicating work."""
+    shard = SHARDS.get_partition_keys().index(context.partition_key)
+    out = _stage(warehouse, engine, settings).simulate_shard(shard)
+    return dg.MaterializeResult(metadata=out)
+
+
+@dg.asset(group_name=GROUP, deps=[simulations], pool=WRITER_POOL, kinds={"pytorch"},
+          code_version=CODE_VERSIONS["surrogate"])
+def surrogate(context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource,
+              settings: DiffTuneSettings) -> dg.MaterializeResult:
+    """The Ithemal-style surrogate trained on the simulations (checkpoint under
+    ``warehouse/models/``, row in ``surrogate_runs``), with its fidelity against
+    the engine on held-out blocks."""
+    out = _stage(warehouse, engine, settings).train_surrogate(log=context.log.info)
+    return dg.MaterializeResult(
+        metadata={"run_id": out["run_id"], "checkpoint": dg.MetadataValue.path(out["checkpoint"]),
+                  "heldout_mape_pct": round(100 * out["heldout_mape"], 2),
+                  "heldout_kendall_tau": round(out["heldout_kendall_tau"], 3),
+                  "train_seconds": round(out["train_seconds"], 1), "n_train": out["n_train"],
+                  "reused": out["reused"]},
+        data_version=dg.DataVersion(out["run_id"]))
+
+
+@dg.asset(group_name=GROUP, deps=[surrogate, measurements], pool=WRITER_POOL, kinds={"pytorch", "duckdb"},
+          code_version=CODE_VERSIONS["learned_params"])
+def learned_params(context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource,
+                   settings: DiffTuneSettings) -> dg.MaterializeResult:
+    """The table optimised through the frozen surrogate against the train
+    measurements, selected on val with the real engine, extracted to valid integers."""
+    out = _stage(warehouse, engine, settings).learn(log=context.log.info)
+    meta = {"table_id": out["table_id"], "reused": out["reused"]}
+    if not out["reused"]:
+        meta["val_mape_by_step"] = markdown(pl.DataFrame(out["history"]))
+        meta["changed_rows"] = out["changed_rows"]
+    return dg.MaterializeResult(metadata=meta, data_version=dg.DataVersion(out["table_id"]))
+
+
+@dg.asset(group_name=GROUP, deps=[learned_params, default_params], pool=WRITER_POOL, kinds={"duckdb"},
+          code_version=CODE_VERSIONS["evaluation"])
+def evaluation(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings) -> dg.MaterializeResult:
+    """Default and learned tables through the real engine on val and test,
+    overall and per slice (tables ``evaluations`` and ``predictions``)."""
+    stage = _stage(warehouse, engine, settings)
+    default_id, default = stage.default_table_id()
+    learned_id = stage.latest_learned()
+    table = compare(stage.evaluate([default_id, learned_id]), default_id, learned_id)
+    test = table.filter(pl.col("split") == "test")
+    overall = test.filter(pl.col("slice") == "all")
+    worse = test.filter(pl.col("worse"))["slice"].to_list()
+    meta = {
+        "default_table": default_id, "learned_table": learned_id,
+        "test_default_mape_pct": round(100 * overall["default_mape"][0], 2) if overall.height else None,
+        "test_learned_mape_pct": round(100 * overall["learned_mape"][0], 2) if overall.height else None,
+        "test_default_kendall_tau": round(overall["default_tau"][0], 3) if overall.height else None,
+        "test_learned_kendall_tau": round(overall["learned_tau"][0], 3) if overall.height else None,
+        "slices_worse_than_default": ", ".join(worse) if worse else "none",
+        "by_slice": markdown(table.with_columns(pl.col("^.*_mape$") * 100).rename(
+            {"default_mape": "default_mape_pct", "learned_mape": "learned_mape_pct"})),
+        "top_changed_parameters": markdown(changed_parameters(default, store.load_table(learned_id, warehouse.path))),
+    }
+    return dg.MaterializeResult(metadata=meta)

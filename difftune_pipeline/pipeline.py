@@ -1,0 +1,237 @@
+"""The DiffTune stages over the warehouse, each idempotent: a stage whose inputs,
+configuration and code are unchanged finds its result stored and does no work.
+
+Dagster assets (``defs/difftune.py``) call these; so can a notebook or script.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from difftune_pipeline import datasets, simulations, store
+from difftune_pipeline.engine import Engine, ParamTable
+from difftune_pipeline.evaluate import kendall_tau, mape, metrics_by_slice, slices
+from difftune_pipeline.surrogate import Surrogate, SurrogateConfig, train
+from difftune_pipeline.tune import TuneConfig, tune
+
+# Bump when a stage's code changes what it produces: results of older code are not reused.
+CODE_VERSIONS = {"default_params": "1", "sampled_tables": "1", "simulations": "1", "surrogate": "1",
+                 "learned_params": "1", "evaluation": "1"}
+
+
+@dataclass
+class Settings:
+    presets: list[str] = field(default_factory=lambda: ["perturb", "difftune"])
+    tables_per_preset: int = 24
+    blocks_per_table: int = 0          # 0: every train block
+    shards: int = 4
+    iterations: int = 100
+    surrogate: SurrogateConfig = field(default_factory=SurrogateConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
+
+    def fingerprint(self, *parts) -> str:
+        text = json.dumps([asdict(self), *parts], sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Stage:
+    db: str
+    engine: Engine
+    settings: Settings
+
+    @property
+    def uarch(self) -> str:
+        return self.engine.mcpu
+
+    @property
+    def models_dir(self) -> Path:
+        path = Path(self.db).parent / "models"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    # ---- shared views ------------------------------------------------------
+    def blocks(self, split: str) -> tuple[pl.DataFrame, dict]:
+        frame = datasets.measured_blocks(self.db, self.uarch, [split])
+        return frame, datasets.disassemble(self.engine, frame)
+
+    def space(self):
+        _, train_blocks = self.blocks("train")
+        if not train_blocks:
+            raise ValueError(f"no measured {self.uarch} blocks in the train split: ingest measurements first")
+        space, default = datasets.parameter_space(self.engine, list(train_blocks.values()))
+        return space, default, train_blocks
+
+    def tables(self, space) -> list[simulations.SampledTable]:
+        return simulations.sampled_tables(space, self.uarch, self.settings.presets, self.settings.tables_per_preset)
+
+    def default_table_id(self) -> tuple[str, ParamTable]:
+        blocks = []
+        for split in ("train", "val", "test"):
+            blocks += list(self.blocks(split)[1].values())
+        table = self.engine.default_table(blocks)
+        return f"default-{self.uarch}-{table.fingerprint()}", table
+
+    # ---- stages ----------------------------------------------------------
+    def default_params(self) -> dict:
+        table_id, table = self.default_table_id()
+        with store.writer(self.db) as con:
+            new = store.save_table(con, table_id, table, kind="default", note="LLVM's scheduling model")
+        return {"table_id": table_id, "rows": len(table.rows), "new": new}
+
+    def sampled_tables(self) -> dict:
+        space, default, _ = self.space()
+        tables = self.tables(space)
+        with store.writer(self.db) as con:
+            new = sum(store.save_table(con, t.table_id, default, kind="sampled", preset=t.preset, seed=t.seed,
+                                       space_id=space.fingerprint(), values=False) for t in tables)
+        return {"space_id": space.fingerprint(), "rows": len(space.keys), "columns": space.width,
+                "tables": len(tables), "new_tables": new}
+
+    def simulate_shard(self, shard: int) -> dict:
+        space, default, train_blocks = self.space()
+        mine = [t for t in self.tables(space) if simulations.shard_of(t.table_id, self.settings.shards) == shard]
+        t0 = time.perf_counter()
+        stats = simulations.run_shard(self.db, self.engine, space, default, mine, train_blocks,
+                                      self.settings.blocks_per_table, f"shard-{shard}", self.settings.iterations)
+        elapsed = time.perf_counter() - t0
+        return {**stats, "tables": len(mine), "seconds": round(elapsed, 1),
+                "pairs_per_second": round(stats["simulated"] / elapsed, 1) if stats["simulated"] else 0.0}
+
+    def _surrogate_id(self, space, tables) -> str:
+        counts = store.query("SELECT count(*) AS n, sum(cycles) AS s FROM simulations WHERE status = 'ok' "
+                             "AND table_id IN (SELECT unnest(?))", self.db, [[t.table_id for t in tables]])
+        return "surrogate-" + self.settings.fingerprint(CODE_VERSIONS["surrogate"], space.fingerprint(),
+                                                        counts.row(0), "tune-independent")[:12]
+
+    def train_surrogate(self, log=print) -> dict:
+        space, default, train_blocks = self.space()
+        tables = self.tables(space)
+        run_id = self._surrogate_id(space, tables)
+        done = store.query("SELECT * FROM surrogate_runs WHERE run_id = ?", self.db, [run_id])
+        if not done.is_empty() and Path(done["checkpoint"][0]).exists():
+            return {**done.row(0, named=True), "reused": True}
+        vocab = datasets.vocabulary(list(train_blocks.values()))
+        data = datasets.training_data(self.db, space, default, tables, train_blocks, vocab, self.settings.iterations)
+        if len(data.cycles) == 0:
+            raise ValueError("no simulations to train on: materialise the simulations first")
+        model, report = train(data, vocab, list(space.keys), self.settings.surrogate, log=log)
+        path = self.models_dir / f"{run_id}.pt"
+        model.save(path)
+        row = {"run_id": run_id, "mcpu": self.uarch, "model": "ithemal-lstm", "checkpoint": str(path),
+               "n_train": report["n_train"], "n_heldout": report["n_heldout"],
+               "heldout_mape": report["heldout_mape"], "heldout_kendall_tau": report["heldout_kendall_tau"],
+               "train_seconds": report["train_seconds"], "config": json.dumps(asdict(self.settings.surrogate)),
+               "created_at": datetime.now(timezone.utc).replace(tzinfo=None)}
+        with store.writer(self.db) as con:
+            store.insert_new(con, "surrogate_runs", pl.DataFrame([row]), ["run_id"])
+        return {**row, "reused": False}
+
+    def latest_surrogate(self) -> dict:
+        space, _, _ = self.space()
+        run_id = self._surrogate_id(space, self.tables(space))
+        done = store.query("SELECT * FROM surrogate_runs WHERE run_id = ?", self.db, [run_id])
+        if done.is_empty():
+            raise ValueError("the surrogate for the current simulations is not trained: materialise it first")
+        return done.row(0, named=True)
+
+    def score(self, table: ParamTable, frame: pl.DataFrame, blocks: dict) -> tuple[float, float]:
+        """Engine MAPE and Kendall tau of ``table`` on measured blocks."""
+        result = self.engine.simulate([blocks[b] for b in frame["block_id"]], table, iterations=self.settings.iterations)
+        truth = frame["cycles_per_100"].to_numpy()
+        return mape(result.cycles[result.ok], truth[result.ok]), kendall_tau(result.cycles[result.ok], truth[result.ok])
+
+    def learn(self, log=print) -> dict:
+        run = self.latest_surrogate()
+        space, _, train_blocks = self.space()
+        _, default = self.default_table_id()
+        measurements = store.query("SELECT count(*) AS n, sum(cycles_per_100) AS s FROM measurements WHERE uarch = ?",
+                                   self.db, [self.uarch]).row(0)
+        table_id = f"learned-{self.uarch}-" + self.settings.fingerprint(
+            CODE_VERSIONS["learned_params"], run["run_id"], measurements)[:12]
+        if not store.query("SELECT 1 FROM param_tables WHERE table_id = ?", self.db, [table_id]).is_empty():
+            return {"table_id": table_id, "reused": True}
+        surrogate = Surrogate.load(run["checkpoint"])
+        train_frame, _ = self.blocks("train")
+        val_frame, val_blocks = self.blocks("val")
+        bt = surrogate.tensors(datasets.block_inputs([train_blocks[b] for b in train_frame["block_id"]]))
+        start = default
+        if self.settings.tune.start == "random":
+            start = space.sampled_table("difftune", self.settings.tune.seed, default)
+        t0 = time.perf_counter()
+        best, history = tune(surrogate, space, start, bt, train_frame["cycles_per_100"].to_numpy(),
+                             lambda t: self.score(t, val_frame, val_blocks)[0], self.settings.tune, log=log)
+        with store.writer(self.db) as con:
+            store.save_table(con, table_id, best, kind="learned", parent_id=f"default-{self.uarch}-{default.fingerprint()}",
+                             space_id=space.fingerprint(),
+                             note=json.dumps({"surrogate": run["run_id"], "tune": asdict(self.settings.tune),
+                                              "history": history, "seconds": time.perf_counter() - t0}))
+        return {"table_id": table_id, "reused": False, "history": history,
+                "changed_rows": len(best.changed_rows(default)), "seconds": time.perf_counter() - t0}
+
+    def latest_learned(self) -> str:
+        rows = store.query("SELECT table_id FROM param_tables WHERE kind = 'learned' AND mcpu = ? "
+                           "ORDER BY created_at DESC LIMIT 1", self.db, [self.uarch])
+        if rows.is_empty():
+            raise ValueError(f"no learned table for {self.uarch}: materialise learned_params first")
+        return rows["table_id"][0]
+
+    def evaluate(self, table_ids: list[str]) -> pl.DataFrame:
+        """Default and learned tables through the real engine on val and test:
+        predictions and per-slice metrics, stored once per (table, µarch)."""
+        frame = datasets.measured_blocks(self.db, self.uarch, ["val", "test"])
+        blocks = datasets.disassemble(self.engine, frame)
+        memberships = slices(frame.select("block_id", "n_insts", "asm"),
+                             store.query("SELECT block_id, app FROM block_sources", self.db))
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        for table_id in table_ids:
+            if not store.query("SELECT 1 FROM evaluations WHERE table_id = ? AND uarch = ?", self.db,
+                               [table_id, self.uarch]).is_empty():
+                continue
+            table = store.load_table(table_id, self.db)
+            result = self.engine.simulate([blocks[b] for b in frame["block_id"]], table, iterations=self.settings.iterations)
+            pred = pl.DataFrame({"table_id": table_id, "block_id": frame["block_id"], "iterations": self.settings.iterations,
+                                 "cycles": [int(c) if ok else None for c, ok in zip(result.cycles, result.ok)],
+                                 "status": result.status}, schema_overrides={"cycles": pl.Int64, "iterations": pl.Int32})
+            metrics = metrics_by_slice(pred.select("block_id", "cycles"), frame.select("block_id", "cycles_per_100"),
+                                       frame.select("block_id", "split"), memberships)
+            with store.writer(self.db) as con:
+                store.insert_new(con, "predictions", pred, ["table_id", "block_id", "iterations"])
+                store.insert_new(con, "evaluations", metrics.with_columns(
+                    pl.lit(table_id).alias("table_id"), pl.lit(self.uarch).alias("uarch"),
+                    pl.lit(now).alias("evaluated_at")), ["table_id", "uarch", "split", "slice"])
+        return store.query("SELECT * FROM evaluations WHERE uarch = ? AND table_id IN (SELECT unnest(?)) "
+                           "ORDER BY split, slice, table_id", self.db, [self.uarch, table_ids])
+
+
+def compare(evaluations: pl.DataFrame, default_id: str, learned_id: str) -> pl.DataFrame:
+    """Default against learned per (split, slice), with the slices made worse flagged."""
+    d = evaluations.filter(pl.col("table_id") == default_id).select("split", "slice", "n", pl.col("mape").alias("default_mape"),
+                                                                     pl.col("kendall_tau").alias("default_tau"))
+    l = evaluations.filter(pl.col("table_id") == learned_id).select("split", "slice", pl.col("mape").alias("learned_mape"),
+                                                                     pl.col("kendall_tau").alias("learned_tau"))
+    return d.join(l, on=["split", "slice"]).with_columns(
+        (pl.col("learned_mape") > pl.col("default_mape") + 1e-12).alias("worse")).sort(["split", "slice"])
+
+
+def changed_parameters(default: ParamTable, learned: ParamTable, top: int = 20) -> pl.DataFrame:
+    """The opcodes whose parameters moved most (sum of absolute changes)."""
+    a = default.to_frame().rename({"value": "default"})
+    b = learned.to_frame().rename({"value": "learned"})
+    moved = (a.join(b, on=["opcode", "param", "idx"], how="full", coalesce=True).fill_null(0)
+             .filter(pl.col("default") != pl.col("learned")))
+    if moved.is_empty():
+        return moved
+    return (moved.with_columns((pl.col("learned") - pl.col("default")).abs().alias("delta"))
+            .group_by("opcode").agg(pl.col("delta").sum().alias("total_change"),
+                                    (pl.col("param") + pl.lit(": ") + pl.col("default").cast(pl.Utf8) + pl.lit("→")
+                                     + pl.col("learned").cast(pl.Utf8)).str.join(", ").alias("changes"))
+            .sort("total_change", descending=True).head(top))
