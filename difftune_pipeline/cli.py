@@ -17,7 +17,7 @@ from difftune_pipeline import store
 
 app = typer.Typer(help="DiffTune pipeline: tune llvm-mca's scheduling parameters from measured throughputs.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
-params_app = typer.Typer(help="Parameter tables: export and import.", no_args_is_help=True)
+params_app = typer.Typer(help="Parameter tables.", no_args_is_help=True)
 app.add_typer(params_app, name="params")
 console = Console()
 
@@ -152,17 +152,50 @@ def sql(
 def params_export(
     out: Annotated[Path, typer.Option(help="JSON file to write")],
     mcpu: str = "haswell",
-    table: Annotated[str, typer.Option(help="'default' (LLVM's table for --mcpu)")] = "default",
+    table: Annotated[str, typer.Option(help="'default' (LLVM's), 'learned' (the newest learned table "
+                                           "for --mcpu in the warehouse) or a table id")] = "default",
+    warehouse: WarehouseOpt = store.DEFAULT_PATH,
 ) -> None:
     """Write a parameter table as JSON that the engine imports."""
     from difftune_pipeline.engine import Engine
 
-    if table != "default":
-        console.print(f"[red]error:[/red] unknown table {table!r}")
-        raise typer.Exit(2)
-    t = Engine(mcpu).default_table()
+    try:
+        if table == "default":
+            t = Engine(mcpu).default_table()
+        else:
+            if table == "learned":
+                latest = store.query("SELECT table_id FROM param_tables WHERE kind = 'learned' AND mcpu = ? "
+                                     "ORDER BY created_at DESC LIMIT 1", warehouse, [mcpu])
+                if latest.is_empty():
+                    raise KeyError(f"no learned table for -mcpu={mcpu} in {warehouse}")
+                table = latest["table_id"][0]
+            t = store.load_table(table, warehouse)
+    except (KeyError, FileNotFoundError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
     t.to_json(out)
-    console.print(f"wrote {len(t.rows)} opcodes of -mcpu={mcpu} (LLVM {t.llvm_version}) to {out}")
+    console.print(f"wrote {escape(table)}: {len(t.rows)} opcodes of -mcpu={t.mcpu} (LLVM {t.llvm_version}) to {out}")
+
+
+@app.command()
+def evaluate(
+    csv: Annotated[Path, typer.Option(help="file of hex,measured cycles per 100 iterations")],
+    params: Annotated[Optional[Path], typer.Option(help="parameter table JSON (default: LLVM's)")] = None,
+    mcpu: str = "haswell",
+    iterations: int = 100,
+    threads: Annotated[Optional[int], typer.Option(help="simulation threads (default: all cores)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """MAPE and Kendall tau of a parameter table against measured throughputs
+    (the same output as ``simulate``)."""
+    from difftune_pipeline.engine import InvalidTable
+
+    try:
+        report = run_table(mcpu, params, _read_inputs(csv, None, None), iterations, threads)
+    except (InvalidTable, ValueError, OSError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    _print_report(report, as_json)
 
 
 @app.command()

@@ -79,3 +79,27 @@ def test_sql_reads_and_cannot_write(cli_env, haswell):
 def test_sql_without_a_warehouse(cli_env):
     result = runner.invoke(app, ["sql", "select 1"])
     assert result.exit_code == 2 and "no warehouse" in result.output
+
+
+def test_evaluate_reports_the_same_keys_as_simulate(tmp_path):
+    csv = tmp_path / "m.csv"
+    csv.write_text("4801d8,100\n4883c0014839d875f7,300\n4829d8,80\n")
+    out = _json(["evaluate", "--csv", str(csv), "--mcpu", "haswell", "--json"])
+    assert out["n"] == 3 and out["failed"] == 0 and out["mape"] > 0 and out["kendall_tau"] is not None
+    assert out == _json(["simulate", "--csv", str(csv), "--mcpu", "haswell", "--json"])
+
+
+def test_params_export_of_stored_tables(cli_env, haswell):
+    from difftune_pipeline import store
+
+    table = haswell.default_table()
+    table.rows["IMUL64rr"]["latency"] = [9]
+    with store.writer(cli_env / "w.duckdb") as con:
+        store.save_table(con, "learned-test", table, kind="learned")
+    out = cli_env / "t.json"
+    for name in ("learned-test", "learned"):
+        result = runner.invoke(app, ["params", "export", "--table", name, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        assert json.loads(out.read_text())["opcodes"]["IMUL64rr"]["latency"] == [9]
+    result = runner.invoke(app, ["params", "export", "--table", "nope", "--out", str(out)])
+    assert result.exit_code == 2 and "no parameter table 'nope'" in result.output
