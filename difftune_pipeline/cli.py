@@ -99,6 +99,17 @@ def _print_report(report: dict, as_json: bool) -> None:
     console.print(summary)
 
 
+def _run_and_print(mcpu, params, inputs, iterations, threads, as_json) -> None:
+    from difftune_pipeline.engine import InvalidTable
+
+    try:
+        report = run_table(mcpu, params, inputs(), iterations, threads)
+    except (InvalidTable, ValueError, OSError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    _print_report(report, as_json)
+
+
 @app.command()
 def simulate(
     mcpu: Annotated[str, typer.Option(help="LLVM CPU name (haswell, skylake, znver1, ...)")] = "haswell",
@@ -112,14 +123,7 @@ def simulate(
 ) -> None:
     """Simulate blocks with the in-process engine: cycles per block, and MAPE and
     Kendall tau when measurements are given."""
-    from difftune_pipeline.engine import InvalidTable
-
-    try:
-        report = run_table(mcpu, params, _read_inputs(csv, hex_, asm), iterations, threads)
-    except (InvalidTable, ValueError, OSError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
-    _print_report(report, as_json)
+    _run_and_print(mcpu, params, lambda: _read_inputs(csv, hex_, asm), iterations, threads, as_json)
 
 
 @app.command()
@@ -188,14 +192,7 @@ def evaluate(
 ) -> None:
     """MAPE and Kendall tau of a parameter table against measured throughputs
     (the same output as ``simulate``)."""
-    from difftune_pipeline.engine import InvalidTable
-
-    try:
-        report = run_table(mcpu, params, _read_inputs(csv, None, None), iterations, threads)
-    except (InvalidTable, ValueError, OSError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
-    _print_report(report, as_json)
+    _run_and_print(mcpu, params, lambda: _read_inputs(csv, None, None), iterations, threads, as_json)
 
 
 @app.command()

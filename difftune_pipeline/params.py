@@ -126,8 +126,9 @@ class ParamSpace:
     # ---- sampling ---------------------------------------------------------
     def sample(self, preset: str, seed: int, default: ParamTable) -> tuple[np.ndarray, np.ndarray]:
         """The (matrix, globals) of sampled table ``(preset, seed)``, deterministic."""
-        rng = np.random.default_rng([seed, PRESETS.index(preset) if preset in PRESETS else -1,
-                                     int(self.fingerprint(), 16) % (1 << 63)])
+        if preset not in PRESETS:
+            raise ValueError(f"unknown sampling preset {preset!r}; one of {PRESETS}")
+        rng = np.random.default_rng([seed, PRESETS.index(preset), int(self.fingerprint(), 16) % (1 << 63)])
         n, units = len(self.keys), [self.resources.index(u) for u in self.units]
         if preset == "difftune":
             # DiffTune's preset (uniform integers, ignores the defaults).
@@ -140,23 +141,21 @@ class ParamSpace:
                 m[i, [2 + READ_ADVANCE_SLOTS + c for c in chosen]] = rng.integers(0, 3, len(chosen))
             g = np.array([rng.integers(1, 11), rng.integers(50, 251)], dtype=np.float32)
             return m, g
-        if preset == "perturb":
-            # Around the defaults: each value moves by ±1..2 with probability 0.3
-            # (ports only where the default has cycles), and a row gains a random
-            # single port with probability 0.1.
-            m, g = self.encode(default)
-            moved = rng.random(m.shape) < 0.3
-            moved[:, 2 + READ_ADVANCE_SLOTS:] &= m[:, 2 + READ_ADVANCE_SLOTS:] > 0
-            step = rng.choice([-2, -1, 1, 2], size=m.shape)
-            m = np.where(moved, np.maximum(0, m + step), m).astype(np.float32)
-            extra = rng.random(n) < 0.1
-            cols = 2 + READ_ADVANCE_SLOTS + rng.choice(units, size=n)
-            m[extra, cols[extra]] += 1
-            m[:, 1] = np.where(m[:, 2 + READ_ADVANCE_SLOTS:].sum(1) > 0, np.maximum(m[:, 1], 1), m[:, 1])
-            g = np.array([max(1, g[0] + rng.integers(-2, 3)), max(2, round(g[1] * rng.uniform(0.5, 1.5)))],
-                         dtype=np.float32)
-            return m, g
-        raise ValueError(f"unknown sampling preset {preset!r}; one of {PRESETS}")
+        # Around the defaults: each value moves by ±1..2 with probability 0.3
+        # (ports only where the default has cycles), and a row gains a random
+        # single port with probability 0.1.
+        m, g = self.encode(default)
+        moved = rng.random(m.shape) < 0.3
+        moved[:, 2 + READ_ADVANCE_SLOTS:] &= m[:, 2 + READ_ADVANCE_SLOTS:] > 0
+        step = rng.choice([-2, -1, 1, 2], size=m.shape)
+        m = np.where(moved, np.maximum(0, m + step), m).astype(np.float32)
+        extra = rng.random(n) < 0.1
+        cols = 2 + READ_ADVANCE_SLOTS + rng.choice(units, size=n)
+        m[extra, cols[extra]] += 1
+        m[:, 1] = np.where(m[:, 2 + READ_ADVANCE_SLOTS:].sum(1) > 0, np.maximum(m[:, 1], 1), m[:, 1])
+        g = np.array([max(1, g[0] + rng.integers(-2, 3)), max(2, round(g[1] * rng.uniform(0.5, 1.5)))],
+                     dtype=np.float32)
+        return m, g
 
     def sampled_table(self, preset: str, seed: int, default: ParamTable) -> ParamTable:
         m, g = self.sample(preset, seed, default)

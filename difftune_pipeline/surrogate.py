@@ -186,19 +186,6 @@ class Surrogate:
     def tensors(self, blocks) -> BlockTensors:
         return BlockTensors.build(blocks, self.vocab, self.row_index)
 
-    def predict(self, bt: BlockTensors, matrix: torch.Tensor, globals_: torch.Tensor,
-                block_idx: torch.Tensor, batch_blocks: int = 256) -> torch.Tensor:
-        """Cycles for blocks[block_idx] under one table (differentiable in matrix and globals)."""
-        outs = []
-        for start in range(0, len(block_idx), batch_blocks):
-            idx = block_idx[start:start + batch_blocks]
-            sel = bt.select(idx)
-            inst = self.model.embed_instructions(sel.tok, sel.tok_len)
-            params = param_inputs(matrix, sel.rows)
-            g = (globals_ / GLOBAL_SCALE).expand(len(idx), 2)
-            outs.append(self.model(inst, params, sel.n_insts, g))
-        return torch.cat(outs)
-
 
 def train(data: TrainingData, vocab: Vocabulary, row_keys: list[str], config: SurrogateConfig,
           log=print) -> tuple[Surrogate, dict]:

@@ -1,0 +1,79 @@
+"""Parameter spaces: encode/decode, deterministic sampling, valid extraction."""
+
+import numpy as np
+import polars as pl
+import pytest
+
+from difftune_pipeline.evaluate import kendall_tau, mape, metrics_by_slice, slices
+from difftune_pipeline.params import PRESETS, ParamSpace
+
+
+@pytest.fixture(scope="module")
+def space_and_default(haswell, sample_rows):
+    blocks = haswell.disassemble_many([h for h, _ in sample_rows[:300]])
+    default = haswell.default_table(blocks)
+    keys = {k for b in blocks for k in b.row_keys if k in default.rows}
+    return ParamSpace.create(keys, haswell.resources()), default, blocks
+
+
+def test_encode_decode_round_trip(space_and_default):
+    space, default, _ = space_and_default
+    m, g = space.encode(default)
+    assert m.shape == (len(space.keys), space.width)
+    assert space.decode(m, g, default) == default
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_sampling_is_deterministic_and_valid(haswell, space_and_default, preset):
+    space, default, blocks = space_and_default
+    a, b = space.sample(preset, 3, default), space.sample(preset, 3, default)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    assert not np.array_equal(a[0], space.sample(preset, 4, default)[0])
+    result = haswell.simulate(blocks, space.sampled_table(preset, 3, default))
+    assert all(s == "ok" for s in result.status)
+
+
+def test_difftune_preset_ranges(space_and_default):
+    space, default, _ = space_and_default
+    m, g = space.sample("difftune", 0, default)
+    assert m[:, 0].min() >= 0 and m[:, 0].max() <= 5
+    assert m[:, 1].min() >= 1 and m[:, 1].max() <= 5
+    ports = m[:, 9:]
+    groups = [i for i, r in enumerate(space.resources) if r not in space.units]
+    assert ports[:, groups].sum() == 0 and ports.max() <= 2 and (ports > 0).sum(1).max() <= 2
+    assert 1 <= g[0] <= 10 and 50 <= g[1] <= 250
+
+
+def test_any_matrix_decodes_to_a_table_the_engine_accepts(haswell, space_and_default):
+    space, default, blocks = space_and_default
+    m, g = space.encode(default)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        table = space.decode(m + rng.normal(0, 3, m.shape), g * rng.uniform(0, 3, 2) - 50, default)
+        haswell.compile(table)
+        assert all(s == "ok" for s in haswell.simulate(blocks[:50], table).status)
+
+
+def test_unknown_preset(space_and_default):
+    space, default, _ = space_and_default
+    with pytest.raises(ValueError, match="unknown sampling preset"):
+        space.sample("nope", 0, default)
+
+
+def test_metrics_and_slices():
+    assert mape([110, 90], [100, 100]) == pytest.approx(0.1)
+    assert kendall_tau([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    blocks = pl.DataFrame({"block_id": ["a", "b", "c"], "n_insts": [2, 7, 25],
+                           "asm": ["addq %rax, %rbx", "movq (%rdi), %rax", "nop"]})
+    sources = pl.DataFrame({"block_id": ["a", "b"], "app": ["tensorflow", "openblas-dgemm.goto"]})
+    member = slices(blocks, sources)
+    by_block = {b: set(member.filter(pl.col("block_id") == b)["slice"]) for b in "abc"}
+    assert {"all", "app:tensorflow", "ml:tensorflow", "ml:all", "len:1-4", "mem:register"} <= by_block["a"]
+    assert {"ml:openblas", "len:5-9", "mem:memory"} <= by_block["b"]
+    assert {"ml:none", "len:20+"} <= by_block["c"]
+    pred = pl.DataFrame({"block_id": ["a", "b", "c"], "cycles": [110, 100, 50]})
+    truth = pl.DataFrame({"block_id": ["a", "b", "c"], "cycles_per_100": [100.0, 100.0, 100.0]})
+    splits = pl.DataFrame({"block_id": ["a", "b", "c"], "split": ["test"] * 3})
+    table = metrics_by_slice(pred, truth, splits, member)
+    overall = table.filter(pl.col("slice") == "all")
+    assert overall["n"][0] == 3 and overall["mape"][0] == pytest.approx((0.1 + 0 + 0.5) / 3)
