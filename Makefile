@@ -19,9 +19,9 @@ $(STAMP): $(SOURCES) | $(LLVM_CONFIG)
 	LLVM_CONFIG=$(LLVM_CONFIG) $(VENV)/bin/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+$(DAGSTER_HOME)/dagster.yaml: dagster_instance.yaml
 	mkdir -p $(DAGSTER_HOME)
-	cp dagster.yaml $@
+	cp dagster_instance.yaml $@
 
 run: setup
 	$(VENV)/bin/difftune materialize
