@@ -16,7 +16,7 @@ import torch
 
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.params import ParamSpace
-from difftune_pipeline.surrogate import GLOBAL_SCALE, PARAM_SCALE, BlockTensors, Surrogate, mape_loss, param_inputs
+from difftune_pipeline.surrogate import GLOBAL_SCALE, BlockTensors, Surrogate, mape_loss, param_inputs
 
 
 @dataclass
@@ -26,7 +26,6 @@ class TuneConfig:
     lr: float = 0.05
     batch_blocks: int = 256
     validate_every: int = 25
-    anchor: float = 0.0      # weight of a pull towards the start table (limits surrogate exploitation)
     seed: int = 0
 
 
@@ -44,8 +43,7 @@ def tune(surrogate: Surrogate, space: ParamSpace, start: ParamTable, blocks: Blo
     if list(space.keys) != surrogate.row_keys:
         raise ValueError("the surrogate was trained on another parameter space")
     matrix, globals_ = space.encode(start)
-    theta0 = torch.tensor(matrix)
-    theta = theta0.clone().requires_grad_(True)
+    theta = torch.tensor(matrix, requires_grad=True)
     gvec = torch.tensor(globals_, requires_grad=True)
     truth = torch.tensor(measured, dtype=torch.float32)
     optimizer = torch.optim.Adam([theta, gvec], lr=config.lr)
@@ -62,8 +60,6 @@ def tune(surrogate: Surrogate, space: ParamSpace, start: ParamTable, blocks: Blo
         g = (gvec.abs() / GLOBAL_SCALE).expand(len(idx), 2)
         pred = model(inst[idx], params, blocks.n_insts[idx], g)
         loss = mape_loss(pred, truth[idx])
-        if config.anchor:
-            loss = loss + config.anchor * ((theta.abs() - theta0) / PARAM_SCALE).pow(2).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
