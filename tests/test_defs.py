@@ -11,12 +11,15 @@ def test_definitions_load():
     definitions = defs()
     dg.Definitions.validate_loadable(definitions)
     keys = {k.to_user_string() for k in definitions.resolve_asset_graph().get_all_asset_keys()}
-    assert {"measurements", "block_sources", "blocks", "splits", "quarantine"} <= keys
+    assert {"measurements", "block_sources", "blocks", "splits", "quarantine", "default_params", "sampled_tables",
+            "simulations", "surrogate", "learned_params", "evaluation"} <= keys
 
 
 def test_materialise_the_ingestion_graph_twice(warehouse):
     definitions = defs()
-    assets = [a for a in definitions.assets if isinstance(a, dg.AssetsDefinition)]
+    assets = [a for a in definitions.assets if isinstance(a, dg.AssetsDefinition)
+              and a.group_names_by_key[a.key] == "ingest"]
+    assert len(assets) == 5
     resources = {"warehouse": Warehouse(path=str(warehouse)), "engine": EngineResource(mcpu="haswell"),
                  "sources": DataSources.sample()}
     instance = dg.DagsterInstance.ephemeral()

@@ -8,7 +8,7 @@ import dagster as dg
 import polars as pl
 
 from difftune_pipeline import store
-from difftune_pipeline.defs.ingest import WRITER_POOL, measurements, splits
+from difftune_pipeline.defs.ingest import WRITER_POOL
 from difftune_pipeline.defs.metadata import markdown
 from difftune_pipeline.defs.resources import DiffTuneSettings, EngineResource, Warehouse
 from difftune_pipeline.pipeline import CODE_VERSIONS, Stage, changed_parameters, compare
@@ -21,7 +21,7 @@ def _stage(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSetti
     return Stage(warehouse.path, engine.get(), settings.to_settings(len(SHARDS.get_partition_keys())))
 
 
-@dg.asset(group_name=GROUP, deps=[splits, measurements], pool=WRITER_POOL, kinds={"duckdb"},
+@dg.asset(group_name=GROUP, deps=["splits", "measurements"], pool=WRITER_POOL, kinds={"duckdb"},
           code_version=CODE_VERSIONS["default_params"])
 def default_params(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings) -> dg.MaterializeResult:
     """LLVM's own table for the configured -mcpu: every opcode, plus the variant
@@ -70,7 +70,7 @@ def surrogate(context: dg.AssetExecutionContext, warehouse: Warehouse, engine: E
         data_version=dg.DataVersion(out["run_id"]))
 
 
-@dg.asset(group_name=GROUP, deps=[surrogate, measurements], pool=WRITER_POOL, kinds={"pytorch", "duckdb"},
+@dg.asset(group_name=GROUP, deps=[surrogate, "measurements"], pool=WRITER_POOL, kinds={"pytorch", "duckdb"},
           code_version=CODE_VERSIONS["learned_params"])
 def learned_params(context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource,
                    settings: DiffTuneSettings) -> dg.MaterializeResult:
