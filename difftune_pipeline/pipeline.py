@@ -37,9 +37,11 @@ class Settings:
     surrogate: SurrogateConfig = field(default_factory=SurrogateConfig)
     tune: TuneConfig = field(default_factory=TuneConfig)
 
-    def fingerprint(self, *parts) -> str:
-        text = json.dumps([asdict(self), *parts], sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+def fingerprint(*parts) -> str:
+    """A stage's result key: what it read, how it was configured, its code version."""
+    text = json.dumps(parts, sort_keys=True, default=lambda x: asdict(x) if hasattr(x, "__dataclass_fields__") else str(x))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 @dataclass
@@ -109,8 +111,8 @@ class Stage:
     def _surrogate_id(self, space, tables) -> str:
         counts = store.query("SELECT count(*) AS n, sum(cycles) AS s FROM simulations WHERE status = 'ok' "
                              "AND table_id IN (SELECT unnest(?))", self.db, [[t.table_id for t in tables]])
-        return "surrogate-" + self.settings.fingerprint(CODE_VERSIONS["surrogate"], space.fingerprint(),
-                                                        counts.row(0), "tune-independent")[:12]
+        return "surrogate-" + fingerprint(CODE_VERSIONS["surrogate"], space.fingerprint(), counts.row(0),
+                                          self.settings.surrogate, self.settings.iterations)
 
     def train_surrogate(self, log=print) -> dict:
         space, default, train_blocks = self.space()
@@ -155,8 +157,8 @@ class Stage:
         _, default = self.default_table_id()
         measurements = store.query("SELECT count(*) AS n, sum(cycles_per_100) AS s FROM measurements WHERE uarch = ?",
                                    self.db, [self.uarch]).row(0)
-        table_id = f"learned-{self.uarch}-" + self.settings.fingerprint(
-            CODE_VERSIONS["learned_params"], run["run_id"], measurements)[:12]
+        table_id = f"learned-{self.uarch}-" + fingerprint(
+            CODE_VERSIONS["learned_params"], run["run_id"], measurements, self.settings.tune)
         if not store.query("SELECT 1 FROM param_tables WHERE table_id = ?", self.db, [table_id]).is_empty():
             return {"table_id": table_id, "reused": True}
         surrogate = Surrogate.load(run["checkpoint"])

@@ -96,3 +96,15 @@ def test_materialise_the_whole_graph_with_the_cli(tmp_path, monkeypatch):
     with dg.DagsterInstance.get() as instance:
         mat = instance.get_latest_materialization_event(dg.AssetKey("evaluation"))
         assert "test_default_mape_pct" in mat.asset_materialization.metadata
+
+
+def test_a_tuning_change_reuses_the_surrogate_and_relearns(stage):
+    stage.sampled_tables()
+    for s in range(2):
+        stage.simulate_shard(s)
+    first = stage.train_surrogate(log=lambda *_: None)
+    learned = stage.learn(log=lambda *_: None)
+    retuned = Stage(stage.db, stage.engine, Settings(**{**TINY.__dict__, "tune": TuneConfig(steps=3, validate_every=3)}))
+    assert retuned.train_surrogate()["run_id"] == first["run_id"] and retuned.train_surrogate()["reused"]
+    again = retuned.learn(log=lambda *_: None)
+    assert not again["reused"] and again["table_id"] != learned["table_id"]
