@@ -8,7 +8,6 @@ import polars as pl
 
 from difftune_pipeline.engine import Engine
 
-SPLITS = ("train", "val", "test")
 
 BLOCK_SCHEMA = {
     "block_id": pl.Utf8,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
@@ -77,7 +77,6 @@ class SurrogateConfig:
     heldout_fraction: float = 0.1
     seed: int = 0
     threads: int = 2
-    extra: dict = field(default_factory=dict)
 
 
 class HierarchicalLSTM(nn.Module):
