@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
 from difftune_pipeline import datasets, simulations, store

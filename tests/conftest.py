@@ -1,6 +1,4 @@
 import csv
-import os
-import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path

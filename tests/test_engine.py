@@ -5,7 +5,7 @@ import csv
 import numpy as np
 import pytest
 
-from conftest import SAMPLE, SHARED_DATA, llvm_mca_many
+from conftest import SHARED_DATA, llvm_mca_many
 from difftune_pipeline.engine import Engine, InvalidTable, ParamTable
 
 

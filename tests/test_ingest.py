@@ -1,6 +1,5 @@
 """Ingestion: every row accounted for, bad rows quarantined with reasons, idempotent."""
 
-import polars as pl
 import pytest
 
 from conftest import SAMPLE
