@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from difftune_pipeline.engine import _engine
-from difftune_pipeline.engine.table import GLOBALS, ParamTable
+from difftune_pipeline.engine.table import GLOBALS, ParamTable, canonical_row
 
 LLVM_VERSION: str = _engine.LLVM_VERSION
 LLVM_MCA = Path(_engine.LLVM_BIN_DIR) / "llvm-mca"
@@ -67,10 +67,8 @@ class Engine:
 
     def default_table(self, blocks: list[Block] = ()) -> ParamTable:
         """The CPU's table: every opcode, plus the variant resolutions in ``blocks``."""
-        rows = {r.pop("key"): r for r in self._native.default_rows(list(blocks))}
-        table = ParamTable(self.mcpu, self.llvm_version, dict(self._native.default_globals()), {})
-        table.rows = ParamTable.from_dict({**table.to_dict(), "opcodes": rows}).rows
-        return table
+        rows = {r.pop("key"): canonical_row(r) for r in self._native.default_rows(list(blocks))}
+        return ParamTable(self.mcpu, self.llvm_version, dict(self._native.default_globals()), rows)
 
     def _base(self) -> ParamTable:
         if self._defaults is None:

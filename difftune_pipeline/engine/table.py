@@ -36,7 +36,7 @@ class ParamTable:
             "mcpu": self.mcpu,
             "llvm_version": self.llvm_version,
             "globals": dict(self.globals),
-            "opcodes": {k: _canonical_row(r) for k, r in sorted(self.rows.items())},
+            "opcodes": {k: canonical_row(r) for k, r in sorted(self.rows.items())},
         }
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -58,7 +58,7 @@ class ParamTable:
         rows = {}
         for key, row in data["opcodes"].items():
             try:
-                rows[key] = _canonical_row(row)
+                rows[key] = canonical_row(row)
             except (KeyError, TypeError, ValueError) as exc:
                 raise ValueError(f"opcode {key!r}: malformed row ({exc})") from None
         return cls(data["mcpu"], data["llvm_version"], {g: int(data["globals"][g]) for g in GLOBALS}, rows)
@@ -102,7 +102,7 @@ class ParamTable:
                 row["ports"][param[5:]] = int(value)
             else:
                 raise ValueError(f"opcode {opcode!r}: unknown parameter {param!r}")
-        return cls(mcpu, llvm_version, globals_, {k: _canonical_row(r) for k, r in rows.items()})
+        return cls(mcpu, llvm_version, globals_, {k: canonical_row(r) for k, r in rows.items()})
 
     # ---- comparisons ------------------------------------------------------
     def fingerprint(self) -> str:
@@ -116,7 +116,8 @@ class ParamTable:
         return copy.deepcopy(self)
 
 
-def _canonical_row(row: dict) -> dict:
+def canonical_row(row: dict) -> dict:
+    """A row with plain ints, sorted ReadAdvance entries and ports: equal rows compare equal."""
     return {
         "latency": [int(v) for v in row["latency"]],
         "uops": int(row["uops"]),
