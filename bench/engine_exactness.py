@@ -11,9 +11,10 @@ where re-assembling the text picks another encoding (e.g. push imm32 -> imm8).
 import argparse
 import time
 
-from common import GROUND_TRUTH, bhive_rows, llvm_mca_many
+from common import GROUND_TRUTH, bhive_rows
 
 from difftune_pipeline.engine import LLVM_VERSION, Engine
+from difftune_pipeline.engine.reference import llvm_mca_many
 
 
 def main() -> None:

@@ -7,9 +7,10 @@ on the same BHive Haswell blocks; results must be identical.
 import argparse
 import time
 
-from common import bhive_rows, llvm_mca_many
+from common import bhive_rows
 
 from difftune_pipeline.engine import Engine
+from difftune_pipeline.engine.reference import llvm_mca_many
 
 
 def main() -> None:

@@ -4,8 +4,8 @@ import json
 
 from typer.testing import CliRunner
 
-from conftest import llvm_mca_cycles
 from difftune_pipeline.cli import app
+from difftune_pipeline.engine.reference import llvm_mca_cycles
 
 runner = CliRunner()
 

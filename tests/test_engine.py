@@ -5,8 +5,9 @@ import csv
 import numpy as np
 import pytest
 
-from conftest import SHARED_DATA, llvm_mca_many
+from conftest import SHARED_DATA
 from difftune_pipeline.engine import Engine, InvalidTable, ParamTable
+from difftune_pipeline.engine.reference import llvm_mca_many
 
 
 def _exactness(engine: Engine, hexes: list[str]):
