@@ -32,9 +32,6 @@ class Warehouse(dg.ConfigurableResource):
 
     path: str = str(store.DEFAULT_PATH)
 
-    def writer(self):
-        return store.writer(self.path)
-
     def query(self, sql: str, params: list | None = None) -> pl.DataFrame:
         return store.query(sql, self.path, params)
 

@@ -41,6 +41,12 @@ class SimResult:
         return np.array([s == "ok" for s in self.status], dtype=bool)
 
 
+def _renumber(table_idx: np.ndarray, dropped: dict) -> np.ndarray:
+    """Table indices once the tables in ``dropped`` are left out of the list."""
+    gone = np.array(sorted(dropped), dtype=np.int64)
+    return table_idx - np.searchsorted(gone, table_idx)
+
+
 class Engine:
     """LLVM MCA for one CPU, with overridable DiffTune parameters."""
 
@@ -117,12 +123,16 @@ class Engine:
                 compiled.append(self.compile(t))
             except InvalidTable as exc:
                 errors[i] = f"invalid table: {exc}"
-                compiled.append(self.compile(None))
-        cycles, status = self._native.simulate(
-            list(blocks), compiled, block_idx.tolist(), table_idx.tolist(),
-            iterations, threads or default_threads(), cycle_cap, fast_forward)
-        cycles = np.asarray(cycles, dtype=np.int64)
-        for i, t in enumerate(table_idx.tolist()):
-            if t in errors:
-                cycles[i], status[i] = -1, errors[t]
+                compiled.append(None)
+        cycles = np.full(len(block_idx), -1, dtype=np.int64)
+        status = [errors.get(t, "") for t in table_idx.tolist()]
+        run = np.array([t not in errors for t in table_idx.tolist()], dtype=bool)
+        if run.any():  # pairs of invalid tables are not simulated
+            got, got_status = self._native.simulate(
+                list(blocks), [c for c in compiled if c is not None],
+                block_idx[run].tolist(), _renumber(table_idx[run], errors).tolist(),
+                iterations, threads or default_threads(), cycle_cap, fast_forward)
+            cycles[run] = got
+            for i, st in zip(np.nonzero(run)[0].tolist(), got_status):
+                status[i] = st
         return SimResult(cycles, list(status))
