@@ -63,7 +63,7 @@ def _parse_value(text: str, what: str, zero_ok: bool) -> tuple[float | None, str
 
 
 def _split_rows(lines, what: str, zero_ok: bool):
-    """(line_no, hex, value) of well-formed rows, and (line_no, raw, reason) of the rest."""
+    """(line_no, raw, hex, value) of well-formed rows, and (line_no, raw, reason) of the rest."""
     good, bad, first_seen = [], [], {}
     for line_no, raw in lines:
         fields = raw.split(",")
@@ -86,7 +86,7 @@ def _split_rows(lines, what: str, zero_ok: bool):
             bad.append((line_no, raw, reason))
             continue
         first_seen[hex_] = (line_no, value)
-        good.append((line_no, hex_, value))
+        good.append((line_no, raw, hex_, value))
     return good, bad
 
 
@@ -114,11 +114,11 @@ def _ingest(path: Path, kind: str, db: Path, engine: Engine, *, uarch: str | Non
         lines = _lines(path)
         what = "cycles" if kind == "measurements" else "frequency"
         good, bad = _split_rows(lines, what, zero_ok=kind == "corpus")
-        reasons = _ingest_blocks(con, engine, [h for _, h, _ in good])
+        reasons = _ingest_blocks(con, engine, [h for _, _, h, _ in good])
         kept = []
-        for line_no, hex_, value in good:
+        for line_no, raw, hex_, value in good:
             if reasons[hex_]:
-                bad.append((line_no, f"{hex_},{value:g}", reasons[hex_]))
+                bad.append((line_no, raw, reasons[hex_]))
             else:
                 kept.append((line_no, hex_, value))
         if kind == "measurements":
