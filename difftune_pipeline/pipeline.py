@@ -48,6 +48,7 @@ class Stage:
     db: str
     engine: Engine
     settings: Settings
+    _views: dict = field(default_factory=dict, repr=False)  # one stage call reads each view once
 
     @property
     def uarch(self) -> str:
@@ -61,15 +62,19 @@ class Stage:
 
     # ---- shared views ------------------------------------------------------
     def blocks(self, split: str) -> tuple[pl.DataFrame, dict]:
-        frame = datasets.measured_blocks(self.db, self.uarch, [split])
-        return frame, datasets.disassemble(self.engine, frame)
+        if split not in self._views:
+            frame = datasets.measured_blocks(self.db, self.uarch, [split])
+            self._views[split] = frame, datasets.disassemble(self.engine, frame)
+        return self._views[split]
 
     def space(self):
-        _, train_blocks = self.blocks("train")
-        if not train_blocks:
-            raise ValueError(f"no measured {self.uarch} blocks in the train split: ingest measurements first")
-        space, default = datasets.parameter_space(self.engine, list(train_blocks.values()))
-        return space, default, train_blocks
+        if "space" not in self._views:
+            _, train_blocks = self.blocks("train")
+            if not train_blocks:
+                raise ValueError(f"no measured {self.uarch} blocks in the train split: ingest measurements first")
+            self._views["space"] = datasets.parameter_space(self.engine, list(train_blocks.values()))
+        space, default = self._views["space"]
+        return space, default, self.blocks("train")[1]
 
     def tables(self, space) -> list[simulations.SampledTable]:
         return simulations.sampled_tables(space, self.uarch, self.settings.presets, self.settings.tables_per_preset)
@@ -153,7 +158,7 @@ class Stage:
     def learn(self, log=print) -> dict:
         run = self.latest_surrogate()
         space, _, train_blocks = self.space()
-        _, default = self.default_table_id()
+        default_id, default = self.default_table_id()
         measurements = store.query("SELECT count(*) AS n, sum(cycles_per_100) AS s FROM measurements WHERE uarch = ?",
                                    self.db, [self.uarch]).row(0)
         table_id = f"learned-{self.uarch}-" + fingerprint(
@@ -171,7 +176,7 @@ class Stage:
         best, history = tune(surrogate, space, start, bt, train_frame["cycles_per_100"].to_numpy(),
                              lambda t: self.score(t, val_frame, val_blocks)[0], self.settings.tune, log=log)
         with store.writer(self.db) as con:
-            store.save_table(con, table_id, best, kind="learned", parent_id=f"default-{self.uarch}-{default.fingerprint()}",
+            store.save_table(con, table_id, best, kind="learned", parent_id=default_id,
                              space_id=space.fingerprint(),
                              note=json.dumps({"surrogate": run["run_id"], "tune": asdict(self.settings.tune),
                                               "history": history, "seconds": time.perf_counter() - t0}))
@@ -188,8 +193,8 @@ class Stage:
     def evaluate(self, table_ids: list[str]) -> pl.DataFrame:
         """Default and learned tables through the real engine on val and test:
         predictions and per-slice metrics, stored once per (table, µarch)."""
-        frame = datasets.measured_blocks(self.db, self.uarch, ["val", "test"])
-        blocks = datasets.disassemble(self.engine, frame)
+        (val_frame, val_blocks), (test_frame, test_blocks) = self.blocks("val"), self.blocks("test")
+        frame, blocks = pl.concat([val_frame, test_frame]), {**val_blocks, **test_blocks}
         memberships = slices(frame.select("block_id", "n_insts", "asm"),
                              store.query("SELECT block_id, app FROM block_sources", self.db))
         now = datetime.now(timezone.utc).replace(tzinfo=None)
