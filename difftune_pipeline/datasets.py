@@ -60,7 +60,7 @@ def training_data(db, space: ParamSpace, default: ParamTable, tables: list[Sampl
     return TrainingData(
         blocks=BlockTensors.build(block_inputs([blocks[b] for b in block_ids]), vocab,
                                   {k: i for i, k in enumerate(space.keys)}),
-        tables=torch.tensor(np.stack([m for m, _ in encoded])),
+        tables=torch.tensor(np.stack([np.vstack([m, np.zeros((1, m.shape[1]), m.dtype)]) for m, _ in encoded])),
         globals_=torch.tensor(np.stack([g for _, g in encoded])),
         block_idx=torch.tensor([bpos[b] for b in sims["block_id"].to_list()]),
         table_idx=torch.tensor([tpos[t] for t in sims["table_id"].to_list()]),

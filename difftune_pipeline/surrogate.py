@@ -152,7 +152,7 @@ def mape_loss(pred: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
 @dataclass
 class TrainingData:
     blocks: BlockTensors
-    tables: torch.Tensor   # [T, rows, P] raw parameter values
+    tables: torch.Tensor   # [T, rows + 1, P] raw parameter values; the last row is zeros (no row)
     globals_: torch.Tensor  # [T, 2]
     block_idx: torch.Tensor  # [N]
     table_idx: torch.Tensor  # [N]
@@ -245,7 +245,6 @@ def _forward(model: HierarchicalLSTM, data: TrainingData, samples: torch.Tensor)
     inst = model.embed_instructions(sel.tok, sel.tok_len)[inverse]
     rows = sel.rows[inverse]
     tables = data.table_idx[samples]
-    padded = torch.cat([data.tables, torch.zeros(data.tables.shape[0], 1, data.tables.shape[2])], dim=1)
-    params = padded[tables.unsqueeze(1), rows] / PARAM_SCALE
+    params = data.tables[tables.unsqueeze(1), rows] / PARAM_SCALE
     g = data.globals_[tables] / GLOBAL_SCALE
     return model(inst, params, sel.n_insts[inverse], g)
