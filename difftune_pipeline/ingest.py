@@ -1,7 +1,7 @@
 """Ingestion of measurement batches and corpus files into the warehouse.
 
 A file is a batch identified by the hash of its bytes and its scope (the µarch
-measured, or the application), so re-ingesting it adds nothing. Every input line ends up either ingested or quarantined with a reason
+measured and the unit when it is not BHive's, or the application), so re-ingesting it adds nothing. Every input line ends up either ingested or quarantined with a reason
 a user can read (``SELECT * FROM quarantine``); none is dropped.
 """
 
@@ -102,10 +102,16 @@ def _ingest_blocks(con, engine: Engine, hexes: list[str]) -> dict[str, str | Non
     return reasons
 
 
+def batch_scope(kind: str, uarch: str | None = None, app: str | None = None, unit: str = "cycles_per_100") -> str:
+    """What a batch's bytes mean: the same bytes in another unit are another batch."""
+    return f"{kind}:{uarch or app}" + ("" if unit == "cycles_per_100" else f":{unit}")
+
+
 def _ingest(path: Path, kind: str, db: Path, engine: Engine, *, uarch: str | None = None,
-            app: str | None = None, scale: float = 1.0) -> BatchSummary:
+            app: str | None = None, unit: str = "cycles_per_100") -> BatchSummary:
     path = Path(path)
-    batch = file_batch_id(path, f"{kind}:{uarch or app}")
+    scale = UNITS[unit]
+    batch = file_batch_id(path, batch_scope(kind, uarch, app, unit))
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     with store.writer(db) as con:
         done = con.execute("SELECT n_read, n_ingested, n_quarantined FROM batches WHERE batch_id = ?", [batch]).fetchall()
@@ -161,7 +167,7 @@ def ingest_measurements(path: str | Path, uarch: str, db: str | Path, engine: En
     """A BHive-format file ``hex,throughput`` of one µarch; ``unit`` names the throughput's unit."""
     if unit not in UNITS:
         raise ValueError(f"unknown unit {unit!r}; one of {sorted(UNITS)}")
-    return _ingest(Path(path), "measurements", Path(db), engine, uarch=uarch, scale=UNITS[unit])
+    return _ingest(Path(path), "measurements", Path(db), engine, uarch=uarch, unit=unit)
 
 
 def ingest_corpus(path: str | Path, db: str | Path, engine: Engine, app: str | None = None) -> BatchSummary:

@@ -18,6 +18,7 @@ import polars as pl
 from difftune_pipeline import datasets, simulations, store
 from difftune_pipeline.engine import Engine, ParamTable
 from difftune_pipeline.evaluate import kendall_tau, mape, metrics_by_slice, slices
+from difftune_pipeline.params import ParamSpace
 from difftune_pipeline.surrogate import Surrogate, SurrogateConfig, train
 from difftune_pipeline.tune import TuneConfig, tune
 
@@ -142,12 +143,13 @@ class Stage:
         return {**row, "reused": False}
 
     def latest_surrogate(self) -> dict:
-        space, _, _ = self.space()
-        run_id = self._surrogate_id(space, self.tables(space))
-        done = store.query("SELECT * FROM surrogate_runs WHERE run_id = ?", self.db, [run_id])
-        if done.is_empty():
-            raise ValueError("the surrogate for the current simulations is not trained: materialise it first")
-        return done.row(0, named=True)
+        """The newest trained surrogate of this µarch. New measurements re-tune
+        through it until the next full re-tune trains a new one."""
+        runs = store.query("SELECT * FROM surrogate_runs WHERE mcpu = ? ORDER BY created_at DESC", self.db, [self.uarch])
+        for run in runs.iter_rows(named=True):
+            if Path(run["checkpoint"]).exists():
+                return run
+        raise ValueError(f"no trained {self.uarch} surrogate: materialise the surrogate first")
 
     def score(self, table: ParamTable, frame: pl.DataFrame, blocks: dict) -> tuple[float, float]:
         """Engine MAPE and Kendall tau of ``table`` on measured blocks."""
@@ -157,7 +159,7 @@ class Stage:
 
     def learn(self, log=print) -> dict:
         run = self.latest_surrogate()
-        space, _, train_blocks = self.space()
+        _, train_blocks = self.blocks("train")
         default_id, default = self.default_table_id()
         measurements = store.query("SELECT count(*) AS n, sum(cycles_per_100) AS s FROM measurements WHERE uarch = ?",
                                    self.db, [self.uarch]).row(0)
@@ -166,6 +168,7 @@ class Stage:
         if not store.query("SELECT 1 FROM param_tables WHERE table_id = ?", self.db, [table_id]).is_empty():
             return {"table_id": table_id, "reused": True}
         surrogate = Surrogate.load(run["checkpoint"])
+        space = ParamSpace.create(surrogate.row_keys, self.engine.resources())  # rows the surrogate knows
         train_frame, _ = self.blocks("train")
         val_frame, val_blocks = self.blocks("val")
         bt = surrogate.tensors(datasets.block_inputs([train_blocks[b] for b in train_frame["block_id"]]))
@@ -216,6 +219,16 @@ class Stage:
                     pl.lit(now).alias("evaluated_at")), ["table_id", "uarch", "split", "slice"])
         return store.query("SELECT * FROM evaluations WHERE uarch = ? AND table_id IN (SELECT unnest(?)) "
                            "ORDER BY split, slice, table_id", self.db, [self.uarch, table_ids])
+
+
+def predicted_vs_measured(db, uarch: str, tables: dict[str, str], split: str = "test") -> pl.DataFrame:
+    """block_id, measured and one column of engine cycles per named table (``{name: table_id}``)."""
+    frame = datasets.measured_blocks(db, uarch, [split]).select("block_id", pl.col("cycles_per_100").alias("measured"))
+    for name, table_id in tables.items():
+        pred = store.query("SELECT block_id, cycles FROM predictions WHERE table_id = ? AND iterations = 100",
+                           db, [table_id]).rename({"cycles": name})
+        frame = frame.join(pred, on="block_id", how="left")
+    return frame
 
 
 def compare(evaluations: pl.DataFrame, default_id: str, learned_id: str) -> pl.DataFrame:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import dagster as dg
 import polars as pl
 
-from difftune_pipeline import ingest
+from difftune_pipeline import ingest, quality
+from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM
 from difftune_pipeline.defs.metadata import markdown
 from difftune_pipeline.defs.resources import DataSources, EngineResource, Warehouse
 
@@ -14,7 +15,7 @@ GROUP = "ingest"
 WRITER_POOL = "duckdb_writer"
 
 
-def _batch_metadata(summaries: list[ingest.BatchSummary]) -> dict:
+def batch_metadata(summaries: list[ingest.BatchSummary]) -> dict:
     frame = pl.DataFrame([s.as_dict() for s in summaries]) if summaries else pl.DataFrame()
     new = [s for s in summaries if not s.already_ingested]
     return {
@@ -33,19 +34,25 @@ def block_sources(warehouse: Warehouse, engine: EngineResource, sources: DataSou
     ``block_sources``: which application each block comes from. New blocks are
     disassembled into ``blocks``; bad rows go to ``quarantine``."""
     summaries = [ingest.ingest_corpus(f, warehouse.path, engine.get()) for f in sources.corpus_files]
-    return dg.MaterializeResult(metadata=_batch_metadata(summaries))
+    return dg.MaterializeResult(metadata=batch_metadata(summaries))
 
 
-@dg.asset(group_name=GROUP, pool=WRITER_POOL, kinds={"duckdb"})
-def measurements(warehouse: Warehouse, engine: EngineResource, sources: DataSources) -> dg.MaterializeResult:
+@dg.asset(group_name=GROUP, pool=WRITER_POOL, kinds={"duckdb"},
+          check_specs=[dg.AssetCheckSpec("measurement_sanity", asset="measurements", blocking=True,
+                                         description="Few rows quarantined; throughputs a real core can reach")])
+def measurements(warehouse: Warehouse, engine: EngineResource, sources: DataSources):
     """Measured throughputs (BHive's ``hex,cycles per 100 iterations``, one µarch
     per batch) in table ``measurements``. A batch already ingested adds nothing."""
     summaries = [ingest.ingest_measurements(f.path, f.uarch, warehouse.path, engine.get(), f.unit)
                  for f in sources.measurement_files]
-    return dg.MaterializeResult(metadata=_batch_metadata(summaries))
+    yield dg.MaterializeResult(metadata=batch_metadata(summaries))
+    verdict = quality.measurement_sanity(warehouse.path, [s.batch_id for s in summaries])
+    yield dg.AssetCheckResult(check_name="measurement_sanity", passed=verdict.passed,
+                              description=verdict.description, metadata=verdict.metadata)
 
 
-@dg.asset(group_name=GROUP, deps=[block_sources, measurements], kinds={"duckdb"})
+@dg.asset(group_name=GROUP, deps=[block_sources, measurements, "measurement_batches"], kinds={"duckdb"},
+          automation_condition=FOLLOWS_UPSTREAM)
 def blocks(warehouse: Warehouse) -> dg.MaterializeResult:
     """Every distinct block, disassembled by LLVM (opcodes, AT&T text); blocks
     LLVM cannot decode stay, quarantined with the reason."""
@@ -58,7 +65,7 @@ def blocks(warehouse: Warehouse) -> dg.MaterializeResult:
     })
 
 
-@dg.asset(group_name=GROUP, deps=[blocks], pool=WRITER_POOL, kinds={"duckdb"})
+@dg.asset(group_name=GROUP, deps=[blocks], pool=WRITER_POOL, kinds={"duckdb"}, automation_condition=FOLLOWS_UPSTREAM)
 def splits(warehouse: Warehouse) -> dg.MaterializeResult:
     """train/val/test (80/10/10) by block hash: stable as data grows, so no
     block ever moves between splits."""
@@ -66,7 +73,8 @@ def splits(warehouse: Warehouse) -> dg.MaterializeResult:
     return dg.MaterializeResult(metadata={f"n_{k}": v for k, v in counts.items()})
 
 
-@dg.asset(group_name=GROUP, deps=[block_sources, measurements], kinds={"duckdb"})
+@dg.asset(group_name=GROUP, deps=[block_sources, measurements, "measurement_batches"], kinds={"duckdb"},
+          automation_condition=FOLLOWS_UPSTREAM)
 def quarantine(warehouse: Warehouse) -> dg.MaterializeResult:
     """Input rows that never became a measurement or a block source, each with a
     reason (table ``quarantine``)."""

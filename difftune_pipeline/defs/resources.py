@@ -18,6 +18,7 @@ from difftune_pipeline import store
 from difftune_pipeline.engine import Engine
 
 SAMPLE_DIR = Path(__file__).resolve().parents[1] / "data" / "sample"
+DEFAULT_INBOX = store.DEFAULT_PATH.parent / "inbox"
 FULL_MEASUREMENTS = {"haswell": "bhive_hsw.csv", "ivybridge": "bhive_ivb.csv", "skylake": "bhive_skl.csv"}
 
 
@@ -25,6 +26,14 @@ class MeasurementFile(dg.Config):
     path: str
     uarch: str
     unit: str = "cycles_per_100"
+
+
+class Inbox(dg.ConfigurableResource):
+    """The folder new measurement batches are dropped into (``<path>/<mcpu>/<name>.csv``);
+    a file counts once it has not changed for ``settle_seconds``."""
+
+    path: str = str(DEFAULT_INBOX)
+    settle_seconds: float = 10.0
 
 
 class Warehouse(dg.ConfigurableResource):
@@ -95,6 +104,7 @@ def resources() -> dg.Definitions:
             "engine": EngineResource(mcpu=os.environ.get("DIFFTUNE_MCPU", "haswell")),
             "sources": sources_for_profile(profile, os.environ.get("DIFFTUNE_DATA_DIR")),
             "settings": DiffTuneSettings.for_profile(profile),
+            "inbox": Inbox(path=os.environ.get("DIFFTUNE_INBOX", str(DEFAULT_INBOX))),
         }
     )
 
@@ -111,6 +121,7 @@ class DiffTuneSettings(dg.ConfigurableResource):
     tune_start: str = "default"
     tune_steps: int = 300
     tune_lr: float = 0.05
+    surrogate_max_heldout_mape: float = 0.25  # the surrogate's fidelity check fails above this
 
     def to_settings(self, shards: int):
         from difftune_pipeline.pipeline import Settings
@@ -127,5 +138,6 @@ class DiffTuneSettings(dg.ConfigurableResource):
         if profile == "full":
             return cls(tables_per_preset=32, blocks_per_table=3000, surrogate_epochs=12, tune_steps=400)
         if profile == "smoke":  # the whole graph in about a minute: a check, not a result
-            return cls(tables_per_preset=2, blocks_per_table=200, surrogate_epochs=1, tune_steps=10)
+            return cls(tables_per_preset=2, blocks_per_table=200, surrogate_epochs=1, tune_steps=10,
+                       surrogate_max_heldout_mape=1.0)
         return cls()

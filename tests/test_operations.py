@@ -1,0 +1,135 @@
+"""Operating the pipeline: the inbox sensor, batch ingestion with its sanity
+check, automation downstream of a new batch, the nightly schedule, and the
+quality checks failing on bad results."""
+
+import os
+import shutil
+import time
+
+import dagster as dg
+import pytest
+
+from conftest import SAMPLE
+from difftune_pipeline import inbox, quality, store
+from difftune_pipeline.definitions import defs
+from difftune_pipeline.defs.inbox import BATCHES, inbox_sensor, measurement_batches
+from difftune_pipeline.defs.resources import EngineResource, Inbox, Warehouse
+from difftune_pipeline.engine.reference import llvm_mca_many
+
+ROWS = (SAMPLE / "bhive_hsw_sample.csv").read_text().splitlines()
+
+
+def _drop(folder, name, lines, age=60.0):
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text("\n".join(lines) + "\n")
+    past = time.time() - age
+    os.utime(path, (past, past))
+    return path
+
+
+def _sensor(instance, box):
+    context = dg.build_sensor_context(instance=instance, resources={"inbox": Inbox(path=str(box), settle_seconds=5)})
+    return inbox_sensor(context)
+
+
+def test_sensor_new_file_once_and_never_half(tmp_path):
+    box = tmp_path / "inbox"
+    instance = dg.DagsterInstance.ephemeral()
+    assert isinstance(_sensor(instance, box), dg.SkipReason)  # no inbox yet: nothing, no crash
+    path = _drop(box / "haswell", "batch1.csv", ROWS[:50])
+    _drop(box / "haswell", "batch2.csv.part", ROWS[50:60])          # a copy in flight
+    _drop(box / "haswell", "batch3.csv", ROWS[60:70], age=0)         # still being written
+    _drop(box, "loose.csv", ROWS[70:80])                            # µarch unknown
+    result = _sensor(instance, box)
+    assert isinstance(result, dg.SensorResult)
+    key = inbox.InboxFile(path, "haswell", "cycles_per_100").partition_key
+    assert [r.partition_key for r in result.run_requests] == [key]
+    assert result.dynamic_partitions_requests[0].partition_keys == [key]
+    instance.add_dynamic_partitions(BATCHES.name, [key])
+    shutil.copy(path, box / "haswell" / "same_bytes_again.csv")
+    os.utime(box / "haswell" / "same_bytes_again.csv", (time.time() - 60,) * 2)
+    again = _sensor(instance, box)
+    assert isinstance(again, dg.SkipReason)
+    assert "batch3.csv: changed less than" in again.skip_message and "loose.csv: not under" in again.skip_message
+    os.utime(box / "haswell" / "batch3.csv", (time.time() - 60,) * 2)  # now settled
+    assert [r.partition_key for r in _sensor(instance, box).run_requests] != [key]
+
+
+def _ingest_batch(instance, box, warehouse, path):
+    key = inbox.InboxFile(path, "haswell", inbox.unit_of(path)).partition_key
+    instance.add_dynamic_partitions(BATCHES.name, [key])
+    resources = {"warehouse": Warehouse(path=str(warehouse)), "engine": EngineResource(mcpu="haswell"),
+                 "inbox": Inbox(path=str(box))}
+    result = dg.materialize([measurement_batches], resources=resources, instance=instance, partition_key=key,
+                            raise_on_error=False)
+    return key, result
+
+
+def test_a_batch_is_ingested_once_and_its_sanity_checked(tmp_path, warehouse):
+    box, instance = tmp_path / "inbox", dg.DagsterInstance.ephemeral()
+    good = _drop(box / "haswell", "good.csv", ROWS[:40] + ["zz,12", "00,-3"])
+    key, result = _ingest_batch(instance, box, warehouse, good)
+    assert result.success
+    assert [c.passed for c in result.get_asset_check_evaluations()] == [True]
+    assert store.query("SELECT count(*) FROM measurements", warehouse).item() == 40
+    assert store.query("SELECT count(*) FROM quarantine", warehouse).item() == 2
+    assert _ingest_batch(instance, box, warehouse, good)[1].success
+    assert store.query("SELECT count(*) FROM measurements", warehouse).item() == 40  # same batch adds nothing
+
+    # a file in cycles per iteration dropped as cycles per 100: ingested, but the blocking check fails
+    per_iteration = [f"{h},{float(c) / 100:g}" for h, c in (r.split(",") for r in ROWS[100:140])]
+    bad = _drop(box / "haswell", "wrong_unit.csv", per_iteration)
+    _, result = _ingest_batch(instance, box, warehouse, bad)
+    check = result.get_asset_check_evaluations()[0]
+    assert not check.passed and "instructions per cycle" in check.description
+    assert not result.success  # blocking: nothing downstream of it runs in that run
+
+    # the same numbers with the unit in the file name are fine
+    right = _drop(box / "haswell", "right_unit.per_iteration.csv", per_iteration)
+    _, result = _ingest_batch(instance, box, warehouse, right)
+    assert result.success and result.get_asset_check_evaluations()[0].passed
+
+
+def test_a_new_batch_starts_the_downstream_re_tune(tmp_path, warehouse):
+    box, instance = tmp_path / "inbox", dg.DagsterInstance.ephemeral()
+    definitions = defs()
+    first = dg.evaluate_automation_conditions(defs=definitions, instance=instance)
+    _ingest_batch(instance, box, warehouse, _drop(box / "haswell", "b.csv", ROWS[:30]))
+    after = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=first.cursor)
+    for key in ("blocks", "quarantine"):
+        assert after.get_num_requested(dg.AssetKey(key)) == 1
+    assert after.get_num_requested(dg.AssetKey("sampled_tables")) == 0  # the full re-tune is the schedule's
+
+
+def test_the_nightly_schedule_loads_and_targets_the_re_tune():
+    definitions = defs()
+    schedule = definitions.resolve_schedule_def("nightly_retune")
+    assert schedule.cron_schedule == "0 2 * * *"
+    request = next(iter(schedule.evaluate_tick(dg.build_schedule_context()).run_requests))
+    job = definitions.resolve_job_def(schedule.job_name)
+    assert {k.to_user_string() for k in job.asset_layer.selected_asset_keys} == {"sampled_tables"}
+    assert request is not None
+
+
+def test_engine_exactness_check(haswell, sample_rows):
+    hexes = [h for h, _ in sample_rows[:12]]
+    assert quality.engine_exactness(haswell, hexes, lambda b: llvm_mca_many(b, "haswell")).passed
+    off_by_one = quality.engine_exactness(haswell, hexes, lambda b: [c + 1 for c in llvm_mca_many(b, "haswell")])
+    assert not off_by_one.passed and off_by_one.metadata["different"] == 12
+
+
+def test_quality_gates_fail_on_bad_results():
+    assert quality.surrogate_fidelity(0.12, 0.25).passed
+    assert not quality.surrogate_fidelity(0.40, 0.25).passed
+    assert not quality.surrogate_fidelity(float("nan"), 0.25).passed
+    assert quality.no_worse_than_default(0.30, 0.20).passed
+    assert not quality.no_worse_than_default(0.30, 0.31).passed
+
+
+@pytest.mark.parametrize("lines, problem", [([], "no row became"), (["zz,1"] * 5 + ROWS[:5], "quarantined")])
+def test_measurement_sanity_fails_on_bad_batches(tmp_path, warehouse, lines, problem):
+    box, instance = tmp_path / "inbox", dg.DagsterInstance.ephemeral()
+    _, result = _ingest_batch(instance, box, warehouse, _drop(box / "haswell", "x.csv", lines or ["garbage"]))
+    check = result.get_asset_check_evaluations()[0]
+    assert not check.passed and problem in check.description
