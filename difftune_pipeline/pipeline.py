@@ -17,6 +17,7 @@ import polars as pl
 
 from difftune_pipeline import datasets, simulations, store
 from difftune_pipeline.engine import Engine, ParamTable
+from difftune_pipeline.engine.table import diff
 from difftune_pipeline.evaluate import kendall_tau, mape, metrics_by_slice, slices
 from difftune_pipeline.params import ParamSpace
 from difftune_pipeline.surrogate import Surrogate, SurrogateConfig, train
@@ -243,14 +244,11 @@ def compare(evaluations: pl.DataFrame, default_id: str, learned_id: str) -> pl.D
 
 def changed_parameters(default: ParamTable, learned: ParamTable, top: int = 20) -> pl.DataFrame:
     """The opcodes whose parameters moved most (sum of absolute changes)."""
-    a = default.to_frame().rename({"value": "default"})
-    b = learned.to_frame().rename({"value": "learned"})
-    moved = (a.join(b, on=["opcode", "param", "idx"], how="full", coalesce=True).fill_null(0)
-             .filter(pl.col("default") != pl.col("learned")))
+    moved = diff(default, learned)
     if moved.is_empty():
         return moved
-    return (moved.with_columns((pl.col("learned") - pl.col("default")).abs().alias("delta"))
-            .group_by("opcode").agg(pl.col("delta").sum().alias("total_change"),
-                                    (pl.col("param") + pl.lit(": ") + pl.col("default").cast(pl.Utf8) + pl.lit("→")
-                                     + pl.col("learned").cast(pl.Utf8)).str.join(", ").alias("changes"))
+    return (moved.group_by("opcode").agg(
+        pl.col("delta").abs().sum().alias("total_change"),
+        (pl.col("param") + pl.lit(": ") + pl.col("base").cast(pl.Utf8) + pl.lit("→")
+         + pl.col("value").cast(pl.Utf8)).str.join(", ").alias("changes"))
             .sort("total_change", descending=True).head(top))

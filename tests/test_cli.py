@@ -1,4 +1,4 @@
-"""The difftune command: simulate, sql, params export."""
+"""The difftune command: simulate, evaluate, sql, params export|import|diff, report, ui."""
 
 import json
 
@@ -103,3 +103,39 @@ def test_params_export_of_stored_tables(cli_env, haswell):
         assert json.loads(out.read_text())["opcodes"]["IMUL64rr"]["latency"] == [9]
     result = runner.invoke(app, ["params", "export", "--table", "nope", "--out", str(out)])
     assert result.exit_code == 2 and "no parameter table 'nope'" in result.output
+
+
+def test_params_import_and_diff(cli_env, tmp_path):
+    params = tmp_path / "p.json"
+    assert runner.invoke(app, ["params", "export", "--out", str(params)]).exit_code == 0
+    table = json.loads(params.read_text())
+    table["opcodes"]["IMUL64rr"]["latency"] = [7]
+    table["opcodes"]["ADD64rr"]["ports"]["HWPort0156"] = 2
+    table["globals"]["dispatch_width"] = 6
+    params.write_text(json.dumps(table))
+    result = runner.invoke(app, ["params", "import", str(params), "--id", "hand-tuned"])
+    assert result.exit_code == 0 and "stored" in result.output
+    assert "already stored" in runner.invoke(app, ["params", "import", str(params), "--id", "hand-tuned"]).output
+    for ref in ("hand-tuned", str(params)):
+        out = runner.invoke(app, ["params", "diff", ref, "--csv"])
+        assert out.exit_code == 0, out.output
+        assert out.stdout.splitlines() == ["opcode,param,idx,base,value,delta", "*,dispatch_width,0,4,6,2",
+                                           "ADD64rr,port:HWPort0156,0,1,2,1", "IMUL64rr,latency,0,3,7,4"]
+    shown = runner.invoke(app, ["params", "diff", "hand-tuned"])
+    assert shown.exit_code == 0 and "3 parameters differ" in shown.output
+    table["opcodes"]["IMUL64rr"]["uops"] = 0  # the engine refuses it: nothing is stored
+    params.write_text(json.dumps(table))
+    bad = runner.invoke(app, ["params", "import", str(params), "--id", "broken"])
+    assert bad.exit_code == 2 and "IMUL64rr" in bad.output
+    assert runner.invoke(app, ["params", "diff", "broken"]).exit_code == 2
+
+
+def test_report_needs_a_learned_table(cli_env, haswell):
+    from difftune_pipeline import ingest
+
+    result = runner.invoke(app, ["report", "--out", str(cli_env / "r.html")])
+    assert result.exit_code == 2 and "no warehouse" in result.output
+    (cli_env / "m.csv").write_text("4801d8,100\n")
+    ingest.ingest_measurements(cli_env / "m.csv", "haswell", cli_env / "w.duckdb", haswell)
+    result = runner.invoke(app, ["report", "--out", str(cli_env / "r.html")])
+    assert result.exit_code == 2 and "no learned table" in result.output and not (cli_env / "r.html").exists()

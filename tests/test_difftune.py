@@ -95,7 +95,19 @@ def test_materialise_the_whole_graph_with_the_cli(tmp_path, monkeypatch):
     assert evals.height == 2
     with dg.DagsterInstance.get() as instance:
         mat = instance.get_latest_materialization_event(dg.AssetKey("evaluation"))
-        assert "test_default_mape_pct" in mat.asset_materialization.metadata
+        meta = mat.asset_materialization.metadata
+        assert "test_default_mape_pct" in meta and meta["predicted_vs_measured"].value.startswith("![")
+        checks = {k.name: instance.event_log_storage.get_latest_asset_check_execution_by_key([k])[k].status.value
+                  for k in [dg.AssetCheckKey(dg.AssetKey(a), n) for a, n in (
+                      ("measurements", "measurement_sanity"), ("default_params", "engine_exactness"),
+                      ("surrogate", "surrogate_fidelity"), ("learned_params", "no_worse_than_default"))]}
+        assert checks == dict.fromkeys(checks, "SUCCEEDED")
+    report = runner.invoke(app, ["report", "--out", str(tmp_path / "r.html")])
+    assert report.exit_code == 0, report.output
+    html = (tmp_path / "r.html").read_text()
+    assert "-mcpu=haswell" in html and "data:image/png;base64" in html and "ML workloads" in html
+    moved = runner.invoke(app, ["params", "diff", "learned", "--csv"])
+    assert moved.exit_code == 0 and moved.stdout.startswith("opcode,param,idx,base,value,delta")
 
 
 def test_a_tuning_change_reuses_the_surrogate_and_relearns(stage):

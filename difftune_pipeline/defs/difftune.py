@@ -102,8 +102,8 @@ def learned_params(context: dg.AssetExecutionContext, warehouse: Warehouse, engi
 @dg.asset_check(asset=default_params, blocking=True, description="The engine equals the llvm-mca binary on a "
                 "sample of measured blocks (default table)")
 def engine_exactness(warehouse: Warehouse, engine: EngineResource) -> dg.AssetCheckResult:
-    sample = warehouse.query("SELECT b.hex FROM blocks b JOIN measurements m USING (block_id) WHERE b.status = 'ok' "
-                             "AND m.uarch = ? GROUP BY ALL ORDER BY hash(b.block_id) LIMIT 40", [engine.mcpu])
+    sample = warehouse.query("SELECT DISTINCT b.block_id, b.hex FROM blocks b JOIN measurements m USING (block_id) "
+                             "WHERE b.status = 'ok' AND m.uarch = ? ORDER BY hash(b.block_id) LIMIT 40", [engine.mcpu])
     verdict = quality.engine_exactness(engine.get(), sample["hex"].to_list(),
                                        lambda blocks: llvm_mca_many(blocks, engine.mcpu))
     return dg.AssetCheckResult(passed=verdict.passed, description=verdict.description, metadata=verdict.metadata)

@@ -116,6 +116,20 @@ class ParamTable:
         return copy.deepcopy(self)
 
 
+def diff(base: ParamTable, table: ParamTable) -> pl.DataFrame:
+    """(opcode, param, idx, base, value, delta) for every value of ``table`` that
+    differs from ``base``. Rows absent from ``table`` keep LLVM's values and are
+    not compared; an absent port or ReadAdvance entry counts as 0 cycles."""
+    mine = table.to_frame()
+    keys = [GLOBAL_ROW, *table.rows]
+    theirs = base.to_frame().filter(pl.col("opcode").is_in(keys)).rename({"value": "base"})
+    return (theirs.join(mine, on=["opcode", "param", "idx"], how="full", coalesce=True)
+            .with_columns(pl.col("base").fill_null(0), pl.col("value").fill_null(0))
+            .filter(pl.col("base") != pl.col("value"))
+            .with_columns((pl.col("value") - pl.col("base")).alias("delta"))
+            .select("opcode", "param", "idx", "base", "value", "delta").sort(["opcode", "param", "idx"]))
+
+
 def canonical_row(row: dict) -> dict:
     """A row with plain ints, sorted ReadAdvance entries and ports: equal rows compare equal."""
     return {
