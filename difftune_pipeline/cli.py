@@ -338,8 +338,15 @@ def ui(
 ) -> None:
     """Start the Dagster UI and daemon (sensors, schedules, automation) on the
     project's instance; waits until the pipeline has loaded, then serves until Ctrl-C."""
+    import signal
+
     from difftune_pipeline import ui as ui_
 
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGINT, signal.SIGTERM):  # also when started with SIGINT ignored (in the background)
+        signal.signal(sig, interrupt)
     process = ui_.start(host, port)
     url = f"http://{host}:{port}"
     try:

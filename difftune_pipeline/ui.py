@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,12 @@ LOCATION_QUERY = ('{ workspaceOrError { __typename ... on Workspace { locationEn
                   'locationOrLoadError { __typename ... on PythonError { message } } } } } }')
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def command(host: str, port: int) -> list[str]:
     """``dagster dev`` over the project's workspace (the location that ``dg`` knows)."""
     workspace = PROJECT / "workspace.yaml"
@@ -29,8 +36,13 @@ def command(host: str, port: int) -> list[str]:
 
 
 def start(host: str = "127.0.0.1", port: int = 3000, log=None) -> subprocess.Popen:
+    """``dagster dev`` on ``DAGSTER_HOME`` (default: the project's), which gets the
+    project's instance settings (writer pool, no telemetry) if it has none."""
     env = {**os.environ, "DAGSTER_HOME": os.environ.get("DAGSTER_HOME", str(PROJECT / ".dagster_home"))}
-    Path(env["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
+    home = Path(env["DAGSTER_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():
+        shutil.copy(PROJECT / "dagster_instance.yaml", home / "dagster.yaml")
     return subprocess.Popen(command(host, port), cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
@@ -71,7 +83,7 @@ def wait_until_loaded(url: str, timeout: float = 180.0, process: subprocess.Pope
 def stop(process: subprocess.Popen) -> None:
     """Stop the webserver and daemon (the whole process group)."""
     if process.poll() is None:
-        os.killpg(process.pid, signal.SIGINT)
+        os.killpg(process.pid, signal.SIGTERM)  # dagster dev shuts its services down on SIGTERM
         try:
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:

@@ -11,15 +11,15 @@ def test_definitions_load():
     definitions = defs()
     dg.Definitions.validate_loadable(definitions)
     keys = {k.to_user_string() for k in definitions.resolve_asset_graph().get_all_asset_keys()}
-    assert {"measurements", "block_sources", "blocks", "splits", "quarantine", "default_params", "sampled_tables",
+    assert {"measurements", "measurement_batches", "block_sources", "blocks", "splits", "quarantine", "default_params", "sampled_tables",
             "simulations", "surrogate", "learned_params", "evaluation"} <= keys
 
 
 def test_materialise_the_ingestion_graph_twice(warehouse):
     definitions = defs()
     assets = [a for a in definitions.assets if isinstance(a, dg.AssetsDefinition)
-              and a.group_names_by_key[a.key] == "ingest"]
-    assert len(assets) == 5
+              and a.group_names_by_key[a.key] == "ingest" and a.partitions_def is None]
+    assert len(assets) == 5  # the inbox's batches are partitioned: tests/test_operations.py
     resources = {"warehouse": Warehouse(path=str(warehouse)), "engine": EngineResource(mcpu="haswell"),
                  "sources": DataSources.sample()}
     instance = dg.DagsterInstance.ephemeral()
@@ -33,4 +33,4 @@ def test_materialise_the_ingestion_graph_twice(warehouse):
     assert again.success
     assert {t: store.query(f"SELECT count(*) FROM {t}", warehouse).item() for t in tables} == counts
     meta = again.asset_materializations_for_node("measurements")[0].metadata
-    assert meta["new_batches"].value == 0
+    assert meta["new_batches"].value == 0 and meta["dagster/row_count"].value == 2000

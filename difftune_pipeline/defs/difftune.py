@@ -12,7 +12,7 @@ import polars as pl
 from difftune_pipeline import plots, quality, store
 from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM
 from difftune_pipeline.defs.ingest import WRITER_POOL
-from difftune_pipeline.defs.metadata import markdown
+from difftune_pipeline.defs.metadata import markdown, row_count
 from difftune_pipeline.defs.resources import DiffTuneSettings, EngineResource, Warehouse
 from difftune_pipeline.engine.reference import llvm_mca_many
 from difftune_pipeline.pipeline import CODE_VERSIONS, Stage, changed_parameters, compare, predicted_vs_measured
@@ -54,7 +54,7 @@ def simulations(context: dg.AssetExecutionContext, warehouse: Warehouse, engine:
     repeating or duplicating work."""
     shard = SHARDS.get_partition_keys().index(context.partition_key)
     out = _stage(warehouse, engine, settings).simulate_shard(shard)
-    return dg.MaterializeResult(metadata=out)
+    return dg.MaterializeResult(metadata={**out, **row_count(warehouse, "simulations")})
 
 
 @dg.asset(group_name=GROUP, deps=[simulations], pool=WRITER_POOL, kinds={"pytorch"},
@@ -136,6 +136,7 @@ def evaluation(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneS
         "by_slice": markdown(table.with_columns(pl.col("^.*_mape$") * 100).rename(
             {"default_mape": "default_mape_pct", "learned_mape": "learned_mape_pct"})),
         "top_changed_parameters": markdown(changed_parameters(default, store.load_table(learned_id, warehouse.path))),
+        **row_count(warehouse, "evaluations"),
     }
     scatter = predicted_vs_measured(warehouse.path, engine.mcpu, {"default": default_id, "learned": learned_id})
     if scatter.height:

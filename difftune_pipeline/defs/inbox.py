@@ -6,6 +6,7 @@ import dagster as dg
 from difftune_pipeline import inbox as inbox_files
 from difftune_pipeline import ingest, quality
 from difftune_pipeline.defs.ingest import GROUP, WRITER_POOL, batch_metadata
+from difftune_pipeline.defs.metadata import row_count
 from difftune_pipeline.defs.resources import EngineResource, Inbox, Warehouse
 
 BATCHES = dg.DynamicPartitionsDefinition(name="measurement_batches")
@@ -31,7 +32,7 @@ def measurement_batches(context: dg.AssetExecutionContext, warehouse: Warehouse,
     else:
         raise dg.Failure(f"batch {key}: no file with these bytes in {inbox.path}/{key.rsplit('-', 1)[0]}/ "
                          "and not ingested before")
-    yield dg.MaterializeResult(metadata=meta)
+    yield dg.MaterializeResult(metadata={**meta, **row_count(warehouse, "measurements")})
     verdict = quality.measurement_sanity(warehouse.path, [batch_id])
     yield dg.AssetCheckResult(check_name=SANITY, passed=verdict.passed, description=verdict.description,
                               metadata=verdict.metadata)

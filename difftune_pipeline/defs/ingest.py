@@ -8,7 +8,7 @@ import polars as pl
 
 from difftune_pipeline import ingest, quality
 from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM
-from difftune_pipeline.defs.metadata import markdown
+from difftune_pipeline.defs.metadata import markdown, row_count
 from difftune_pipeline.defs.resources import DataSources, EngineResource, Warehouse
 
 GROUP = "ingest"
@@ -34,7 +34,7 @@ def block_sources(warehouse: Warehouse, engine: EngineResource, sources: DataSou
     ``block_sources``: which application each block comes from. New blocks are
     disassembled into ``blocks``; bad rows go to ``quarantine``."""
     summaries = [ingest.ingest_corpus(f, warehouse.path, engine.get()) for f in sources.corpus_files]
-    return dg.MaterializeResult(metadata=batch_metadata(summaries))
+    return dg.MaterializeResult(metadata={**batch_metadata(summaries), **row_count(warehouse, "block_sources")})
 
 
 @dg.asset(group_name=GROUP, pool=WRITER_POOL, kinds={"duckdb"},
@@ -45,7 +45,7 @@ def measurements(warehouse: Warehouse, engine: EngineResource, sources: DataSour
     per batch) in table ``measurements``. A batch already ingested adds nothing."""
     summaries = [ingest.ingest_measurements(f.path, f.uarch, warehouse.path, engine.get(), f.unit)
                  for f in sources.measurement_files]
-    yield dg.MaterializeResult(metadata=batch_metadata(summaries))
+    yield dg.MaterializeResult(metadata={**batch_metadata(summaries), **row_count(warehouse, "measurements")})
     verdict = quality.measurement_sanity(warehouse.path, [s.batch_id for s in summaries])
     yield dg.AssetCheckResult(check_name="measurement_sanity", passed=verdict.passed,
                               description=verdict.description, metadata=verdict.metadata)
@@ -62,6 +62,7 @@ def blocks(warehouse: Warehouse) -> dg.MaterializeResult:
         "blocks_ok": by_status.get("ok", 0),
         "blocks_quarantined": by_status.get("quarantined", 0),
         "by_status": markdown(counts),
+        **row_count(warehouse, "blocks"),
     })
 
 
@@ -70,7 +71,7 @@ def splits(warehouse: Warehouse) -> dg.MaterializeResult:
     """train/val/test (80/10/10) by block hash: stable as data grows, so no
     block ever moves between splits."""
     counts = ingest.assign_splits(warehouse.path)
-    return dg.MaterializeResult(metadata={f"n_{k}": v for k, v in counts.items()})
+    return dg.MaterializeResult(metadata={**{f"n_{k}": v for k, v in counts.items()}, **row_count(warehouse, "splits")})
 
 
 @dg.asset(group_name=GROUP, deps=[block_sources, measurements, "measurement_batches"], kinds={"duckdb"},
@@ -84,4 +85,5 @@ def quarantine(warehouse: Warehouse) -> dg.MaterializeResult:
     return dg.MaterializeResult(metadata={
         "rows": int(reasons["n"].sum()) if not reasons.is_empty() else 0,
         "top_reasons": markdown(reasons),
+        **row_count(warehouse, "quarantine"),
     })

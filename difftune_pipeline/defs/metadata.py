@@ -12,3 +12,8 @@ def markdown(frame: pl.DataFrame) -> dg.MetadataValue:
     with pl.Config(tbl_formatting="MARKDOWN", tbl_hide_column_data_types=True,
                    tbl_hide_dataframe_shape=True, tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=200):
         return dg.MetadataValue.md(str(frame))
+
+
+def row_count(warehouse, table: str) -> dict:
+    """Dagster's standard row-count entry for the warehouse table an asset writes."""
+    return {"dagster/row_count": int(warehouse.query(f"SELECT count(*) AS n FROM {table}")["n"][0])}

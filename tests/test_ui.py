@@ -1,0 +1,61 @@
+"""The Dagster UI: `difftune ui` serves the pipeline (sensor, schedule and
+checks included), and the browser check takes its screenshots."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from difftune_pipeline import ui
+
+ROOT = Path(__file__).resolve().parents[1]
+QUERY = ('{ assetNodes { assetKey { path } groupName description } '
+         'repositoriesOrError { ... on RepositoryConnection { nodes { sensors { name } schedules { name } } } } }')
+
+
+def _graphql(url: str, query: str) -> dict:
+    request = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": query}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)["data"]
+
+
+def test_ui_command_serves_the_pipeline(tmp_path):
+    port = ui.free_port()
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "DIFFTUNE_WAREHOUSE": str(tmp_path / "w.duckdb")}
+    cli = Path(sys.executable).parent / "difftune"
+    process = subprocess.Popen([str(cli), "ui", "--port", str(port)], env=env, cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        ui.wait_until_loaded(url, 300, process)
+        data = _graphql(url, QUERY)
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        output = process.communicate(timeout=60)[0]
+    nodes = {"/".join(n["assetKey"]["path"]): n for n in data["assetNodes"]}
+    assert {"measurement_batches", "learned_params", "evaluation"} <= set(nodes)
+    assert all(n["description"] and n["groupName"] in ("ingest", "difftune") for n in nodes.values())
+    repo = data["repositoriesOrError"]["nodes"][0]
+    assert "inbox_sensor" in {s["name"] for s in repo["sensors"]}
+    assert {s["name"] for s in repo["schedules"]} == {"nightly_retune"}
+    assert "the pipeline is loaded" in output
+    assert (tmp_path / "home" / "dagster.yaml").exists()
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+def test_screenshots_of_the_asset_graph_and_evaluation(tmp_path):
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "DIFFTUNE_WAREHOUSE": str(tmp_path / "w.duckdb")}
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "ui_screenshots.py"), "--out", str(tmp_path / "shots"),
+                          "--wait-ms", "8000"], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    paths = [Path(line.split(": ", 1)[1]) for line in out.stdout.splitlines() if line.endswith(".png")]
+    assert {p.name for p in paths} >= {"asset_graph.png", "evaluation_asset.png"}
+    assert all(p.stat().st_size > 10_000 for p in paths)
