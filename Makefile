@@ -6,7 +6,7 @@ export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 STAMP       := $(VENV)/.installed
 SOURCES     := pyproject.toml CMakeLists.txt $(wildcard difftune_pipeline/engine/native/*)
 
-.PHONY: setup run test test-all ui bench clean
+.PHONY: setup run test test-all ui bench screenshots chromium clean
 
 setup: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 
@@ -37,7 +37,13 @@ test-all: setup
 	$(VENV)/bin/pytest
 
 ui: setup
-	$(VENV)/bin/dg dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	$(VENV)/bin/difftune ui --host 127.0.0.1 --port 3000
+
+chromium:
+	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium)
+
+screenshots: setup chromium
+	$(VENV)/bin/python bench/ui_screenshots.py
 
 bench: setup
 	$(VENV)/bin/python bench/engine_speed.py
