@@ -3,6 +3,8 @@ split, their parameter space, and the simulated pairs as training tensors."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import polars as pl
 import torch
@@ -46,9 +48,20 @@ def vocabulary(blocks: list) -> Vocabulary:
     return Vocabulary([t for b in blocks for op, line in zip(b.opcodes, b.asm) for t in tokens(op, line)])
 
 
-def training_data(db, space: ParamSpace, default: ParamTable, tables: list[SampledTable],
-                  blocks: dict[str, object], vocab: Vocabulary, iterations: int = 100) -> TrainingData:
-    """The simulated pairs of ``tables`` over ``blocks`` (status ok only), as tensors."""
+@dataclass
+class SimulatedPairs:
+    """The simulated (block, sampled table) pairs as tensors, for either surrogate."""
+    block_ids: list[str]     # the blocks, in block_idx order
+    tables: torch.Tensor     # [T, rows + 1, P] raw parameter values; the last row is zeros (no row)
+    globals_: torch.Tensor   # [T, 2]
+    block_idx: torch.Tensor  # [N]
+    table_idx: torch.Tensor  # [N]
+    cycles: torch.Tensor     # [N]
+
+
+def simulated_pairs(db, space: ParamSpace, default: ParamTable, tables: list[SampledTable],
+                    blocks: dict[str, object], iterations: int = 100) -> SimulatedPairs:
+    """The simulated pairs of ``tables`` over ``blocks`` (status ok only)."""
     sims = store.query(
         "SELECT block_id, table_id, cycles FROM simulations WHERE status = 'ok' AND iterations = ? "
         "AND table_id IN (SELECT unnest(?)) ORDER BY block_id, table_id",
@@ -57,12 +70,22 @@ def training_data(db, space: ParamSpace, default: ParamTable, tables: list[Sampl
     bpos = {b: i for i, b in enumerate(block_ids)}
     tpos = {t.table_id: i for i, t in enumerate(tables)}
     encoded = [space.encode(space.sampled_table(t.preset, t.seed, default)) for t in tables]
-    return TrainingData(
-        blocks=BlockTensors.build(block_inputs([blocks[b] for b in block_ids]), vocab,
-                                  {k: i for i, k in enumerate(space.keys)}),
+    return SimulatedPairs(
+        block_ids=block_ids,
         tables=torch.tensor(np.stack([np.vstack([m, np.zeros((1, m.shape[1]), m.dtype)]) for m, _ in encoded])),
         globals_=torch.tensor(np.stack([g for _, g in encoded])),
         block_idx=torch.tensor([bpos[b] for b in sims["block_id"].to_list()]),
         table_idx=torch.tensor([tpos[t] for t in sims["table_id"].to_list()]),
         cycles=torch.tensor(sims["cycles"].to_numpy(), dtype=torch.float32),
     )
+
+
+def training_data(db, space: ParamSpace, default: ParamTable, tables: list[SampledTable],
+                  blocks: dict[str, object], vocab: Vocabulary, iterations: int = 100) -> TrainingData:
+    """The simulated pairs as the LSTM surrogate's tensors."""
+    pairs = simulated_pairs(db, space, default, tables, blocks, iterations)
+    return TrainingData(
+        blocks=BlockTensors.build(block_inputs([blocks[b] for b in pairs.block_ids]), vocab,
+                                  {k: i for i, k in enumerate(space.keys)}),
+        tables=pairs.tables, globals_=pairs.globals_, block_idx=pairs.block_idx, table_idx=pairs.table_idx,
+        cycles=pairs.cycles)

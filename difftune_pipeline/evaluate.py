@@ -26,10 +26,11 @@ ML_FAMILIES = {"tensorflow": "tensorflow", "eigen": "eigen", "openblas": "openbl
 LENGTHS = [(1, 4), (5, 9), (10, 19), (20, 10**9)]
 
 
-def slices(blocks: pl.DataFrame, sources: pl.DataFrame) -> pl.DataFrame:
+def slices(blocks: pl.DataFrame, sources: pl.DataFrame, bottlenecks: pl.DataFrame | None = None) -> pl.DataFrame:
     """(block_id, slice) memberships: all, source application, ML kernel family,
-    block length, memory vs register-only. ``blocks`` has block_id, n_insts, asm;
-    ``sources`` has block_id, app."""
+    block length, memory vs register-only, and the bottleneck the block's
+    hardware features point to. ``blocks`` has block_id, n_insts, asm;
+    ``sources`` has block_id, app; ``bottlenecks`` block_id, bottleneck."""
     parts = [blocks.select("block_id", pl.lit("all").alias("slice"))]
     if not sources.is_empty():
         parts.append(sources.select("block_id", (pl.lit("app:") + pl.col("app")).alias("slice")))
@@ -47,6 +48,9 @@ def slices(blocks: pl.DataFrame, sources: pl.DataFrame) -> pl.DataFrame:
     memory = pl.col("asm").str.contains(r"\(")
     parts.append(blocks.select("block_id", pl.when(memory).then(pl.lit("mem:memory"))
                                .otherwise(pl.lit("mem:register")).alias("slice")))
+    if bottlenecks is not None and not bottlenecks.is_empty():
+        parts.append(bottlenecks.join(blocks.select("block_id"), on="block_id").select(
+            "block_id", (pl.lit("bottleneck:") + pl.col("bottleneck")).alias("slice")))
     return pl.concat(parts).unique()
 
 

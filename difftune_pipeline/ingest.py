@@ -62,8 +62,10 @@ def _parse_value(text: str, what: str, zero_ok: bool) -> tuple[float | None, str
     return value, None
 
 
-def _split_rows(lines, what: str, zero_ok: bool):
-    """(line_no, raw, hex, value) of well-formed rows, and (line_no, raw, reason) of the rest."""
+def _split_rows(lines, what: str, zero_ok: bool, repeats_ok: bool):
+    """(line_no, raw, hex, value) of well-formed rows, and (line_no, raw, reason) of
+    the rest. ``repeats_ok``: a block listed again is a repeated measurement (kept;
+    the tuning uses the mean), not a duplicate."""
     good, bad, first_seen = [], [], {}
     for line_no, raw in lines:
         fields = raw.split(",")
@@ -79,13 +81,13 @@ def _split_rows(lines, what: str, zero_ok: bool):
         if problem:
             bad.append((line_no, raw, problem))
             continue
-        if hex_ in first_seen:
+        if hex_ in first_seen and not repeats_ok:
             prev_line, prev_value = first_seen[hex_]
             reason = (f"duplicate of line {prev_line}" if value == prev_value
                       else f"conflicts with line {prev_line} ({what} {prev_value:g} vs {value:g})")
             bad.append((line_no, raw, reason))
             continue
-        first_seen[hex_] = (line_no, value)
+        first_seen.setdefault(hex_, (line_no, value))
         good.append((line_no, raw, hex_, value))
     return good, bad
 
@@ -119,7 +121,7 @@ def _ingest(path: Path, kind: str, db: Path, engine: Engine, *, uarch: str | Non
             return BatchSummary(batch, kind, str(path), *done[0], already_ingested=True)
         lines = _lines(path)
         what = "cycles" if kind == "measurements" else "frequency"
-        good, bad = _split_rows(lines, what, zero_ok=kind == "corpus")
+        good, bad = _split_rows(lines, what, zero_ok=kind == "corpus", repeats_ok=kind == "measurements")
         reasons = _ingest_blocks(con, engine, [h for _, _, h, _ in good])
         kept = []
         for line_no, raw, hex_, value in good:
@@ -140,7 +142,7 @@ def _ingest(path: Path, kind: str, db: Path, engine: Engine, *, uarch: str | Non
                 },
                 schema_overrides={"line_no": pl.Int64, "cycles_per_100": pl.Float64},
             )
-            store.insert_new(con, "measurements", frame, ["block_id", "uarch", "batch_id"])
+            store.insert_new(con, "measurements", frame, ["block_id", "uarch", "batch_id", "line_no"])
         else:
             frame = pl.DataFrame(
                 {"block_id": [block_id(h) for _, h, _ in kept], "app": app,

@@ -19,13 +19,19 @@ from difftune_pipeline import datasets, simulations, store
 from difftune_pipeline.engine import Engine, ParamTable
 from difftune_pipeline.engine.table import diff
 from difftune_pipeline.evaluate import kendall_tau, mape, metrics_by_slice, slices
+from difftune_pipeline.features import features_frame
 from difftune_pipeline.params import ParamSpace
+from difftune_pipeline import structured
+from difftune_pipeline.search import SearchConfig, gradient_proposer, search
+from difftune_pipeline.structured import StructuredBlocks, StructuredConfig, StructuredSurrogate
 from difftune_pipeline.surrogate import Surrogate, SurrogateConfig, train
-from difftune_pipeline.tune import TuneConfig, tune
+from difftune_pipeline.tune import TuneConfig, gradient, tune
+
+TUNERS = ("surrogate", "direct", "combined")
 
 # Bump when a stage's code changes what it produces: results of older code are not reused.
-CODE_VERSIONS = {"default_params": "1", "sampled_tables": "1", "simulations": "1", "surrogate": "1",
-                 "learned_params": "1", "evaluation": "1"}
+CODE_VERSIONS = {"default_params": "1", "features": "1", "sampled_tables": "1", "simulations": "1", "surrogate": "2",
+                 "learned_params": "2", "evaluation": "1"}
 
 
 @dataclass
@@ -35,8 +41,12 @@ class Settings:
     blocks_per_table: int = 0          # 0: every train block
     shards: int = 4
     iterations: int = 100
-    surrogate: SurrogateConfig = field(default_factory=SurrogateConfig)
+    surrogate_model: str = "structured"  # structured | ithemal
+    surrogate: SurrogateConfig = field(default_factory=SurrogateConfig)      # the Ithemal-style LSTM
+    structured: StructuredConfig = field(default_factory=StructuredConfig)
+    tuner: str = "combined"              # surrogate | direct | combined (see Stage.learn)
     tune: TuneConfig = field(default_factory=TuneConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
 
 
 def fingerprint(*parts) -> str:
@@ -95,6 +105,22 @@ class Stage:
             new = store.save_table(con, table_id, table, kind="default", note="LLVM's scheduling model")
         return {"table_id": table_id, "rows": len(table.rows), "new": new}
 
+    def features(self) -> dict:
+        """Hardware features of every measured block under the default table (table ``block_features``)."""
+        table_id, table = self.default_table_id()
+        frames = [self.blocks(split) for split in ("train", "val", "test")]
+        ids = [b for _, blocks in frames for b in blocks]
+        done = set(store.query("SELECT block_id FROM block_features WHERE table_id = ?", self.db, [table_id])["block_id"])
+        todo = [b for b in ids if b not in done]
+        blocks = {b: blk for _, bl in frames for b, blk in bl.items()}
+        frame = features_frame(todo, [blocks[b] for b in todo], table, self.engine.resources())
+        with store.writer(self.db) as con:
+            store.insert_new(con, "block_features", frame.with_columns(pl.lit(table_id).alias("table_id")),
+                             ["block_id", "table_id"])
+        counts = store.query("SELECT bottleneck, count(*) AS n FROM block_features WHERE table_id = ? GROUP BY 1 "
+                             "ORDER BY n DESC", self.db, [table_id])
+        return {"table_id": table_id, "blocks": len(ids), "new": len(todo), "by_bottleneck": counts}
+
     def sampled_tables(self) -> dict:
         space, default, _ = self.space()
         tables = self.tables(space)
@@ -117,40 +143,70 @@ class Stage:
     def _surrogate_id(self, space, tables) -> str:
         counts = store.query("SELECT count(*) AS n, sum(cycles) AS s FROM simulations WHERE status = 'ok' "
                              "AND table_id IN (SELECT unnest(?))", self.db, [[t.table_id for t in tables]])
+        config = self.settings.structured if self.settings.surrogate_model == "structured" else self.settings.surrogate
         return "surrogate-" + fingerprint(CODE_VERSIONS["surrogate"], space.fingerprint(), counts.row(0),
-                                          self.settings.surrogate, self.settings.iterations)
+                                          self.settings.surrogate_model, config, self.settings.iterations)
 
     def train_surrogate(self, log=print) -> dict:
+        """Train the configured surrogate (``Settings.surrogate_model``) on the simulations."""
         space, default, train_blocks = self.space()
         tables = self.tables(space)
         run_id = self._surrogate_id(space, tables)
         done = store.query("SELECT * FROM surrogate_runs WHERE run_id = ?", self.db, [run_id])
         if not done.is_empty() and Path(done["checkpoint"][0]).exists():
             return {**done.row(0, named=True), "reused": True}
-        vocab = datasets.vocabulary(list(train_blocks.values()))
-        data = datasets.training_data(self.db, space, default, tables, train_blocks, vocab, self.settings.iterations)
-        if len(data.cycles) == 0:
-            raise ValueError("no simulations to train on: materialise the simulations first")
-        model, report = train(data, vocab, list(space.keys), self.settings.surrogate, log=log)
+        kind = self.settings.surrogate_model
+        if kind == "structured":
+            pairs = datasets.simulated_pairs(self.db, space, default, tables, train_blocks, self.settings.iterations)
+            if len(pairs.cycles) == 0:
+                raise ValueError("no simulations to train on: materialise the simulations first")
+            graphs = StructuredBlocks.build([train_blocks[b] for b in pairs.block_ids],
+                                            {k: i for i, k in enumerate(space.keys)})
+            model, report = structured.train(graphs, pairs.tables, pairs.globals_, pairs.block_idx, pairs.table_idx,
+                                             pairs.cycles, list(space.keys), self.engine.resources(),
+                                             self.settings.structured, log=log)
+            config = self.settings.structured
+        elif kind == "ithemal":
+            vocab = datasets.vocabulary(list(train_blocks.values()))
+            data = datasets.training_data(self.db, space, default, tables, train_blocks, vocab, self.settings.iterations)
+            if len(data.cycles) == 0:
+                raise ValueError("no simulations to train on: materialise the simulations first")
+            model, report = train(data, vocab, list(space.keys), self.settings.surrogate, log=log)
+            config = self.settings.surrogate
+        else:
+            raise ValueError(f"unknown surrogate model {kind!r}: structured or ithemal")
         path = self.models_dir / f"{run_id}.pt"
         model.save(path)
-        row = {"run_id": run_id, "mcpu": self.uarch, "model": "ithemal-lstm", "checkpoint": str(path),
+        row = {"run_id": run_id, "mcpu": self.uarch, "model": kind, "checkpoint": str(path),
                "n_train": report["n_train"], "n_heldout": report["n_heldout"],
                "heldout_mape": report["heldout_mape"], "heldout_kendall_tau": report["heldout_kendall_tau"],
-               "train_seconds": report["train_seconds"], "config": json.dumps(asdict(self.settings.surrogate)),
+               "train_seconds": report["train_seconds"], "config": json.dumps(asdict(config)),
                "created_at": datetime.now(timezone.utc).replace(tzinfo=None)}
         with store.writer(self.db) as con:
             store.insert_new(con, "surrogate_runs", pl.DataFrame([row]), ["run_id"])
         return {**row, "reused": False}
 
     def latest_surrogate(self) -> dict:
-        """The newest trained surrogate of this µarch. New measurements re-tune
-        through it until the next full re-tune trains a new one."""
-        runs = store.query("SELECT * FROM surrogate_runs WHERE mcpu = ? ORDER BY created_at DESC", self.db, [self.uarch])
+        """The newest trained surrogate of this µarch and the configured model.
+        New measurements re-tune through it until the next full re-tune trains a new one."""
+        runs = store.query("SELECT * FROM surrogate_runs WHERE mcpu = ? AND model = ? ORDER BY created_at DESC",
+                           self.db, [self.uarch, self.settings.surrogate_model])
         for run in runs.iter_rows(named=True):
             if Path(run["checkpoint"]).exists():
                 return run
-        raise ValueError(f"no trained {self.uarch} surrogate: materialise the surrogate first")
+        raise ValueError(f"no trained {self.settings.surrogate_model} surrogate for {self.uarch}: "
+                         "materialise the surrogate first")
+
+    def _predictor(self, run: dict, train_frame: pl.DataFrame, train_blocks: dict):
+        """(space, predict) of a stored surrogate over the train blocks, in ``train_frame`` order."""
+        blocks = [train_blocks[b] for b in train_frame["block_id"]]
+        if run["model"] == "structured":
+            model = StructuredSurrogate.load(run["checkpoint"])
+            predict = model.predictor(model.tensors(blocks))
+        else:
+            model = Surrogate.load(run["checkpoint"])
+            predict = model.predictor(model.tensors(datasets.block_inputs(blocks)))
+        return ParamSpace.create(model.row_keys, self.engine.resources()), predict  # rows the surrogate knows
 
     def score(self, table: ParamTable, frame: pl.DataFrame, blocks: dict) -> tuple[float, float]:
         """Engine MAPE and Kendall tau of ``table`` on measured blocks."""
@@ -159,33 +215,55 @@ class Stage:
         return mape(result.cycles[result.ok], truth[result.ok]), kendall_tau(result.cycles[result.ok], truth[result.ok])
 
     def learn(self, log=print) -> dict:
-        run = self.latest_surrogate()
-        _, train_blocks = self.blocks("train")
+        """The learned table by the configured tuner (``Settings.tuner``):
+        ``surrogate`` — gradient descent through the frozen surrogate (DiffTune);
+        ``direct`` — coordinate search on the engine itself (``search.py``);
+        ``combined`` — the surrogate's table as the start, then the search with
+        moves the surrogate's gradient proposes and the engine accepts."""
+        tuner = self.settings.tuner
+        if tuner not in TUNERS:
+            raise ValueError(f"unknown tuner {tuner!r}: one of {TUNERS}")
+        run = self.latest_surrogate() if tuner != "direct" else None
+        train_frame, train_blocks = self.blocks("train")
+        val_frame, val_blocks = self.blocks("val")
         default_id, default = self.default_table_id()
         measurements = store.query("SELECT count(*) AS n, sum(cycles_per_100) AS s FROM measurements WHERE uarch = ?",
                                    self.db, [self.uarch]).row(0)
         table_id = f"learned-{self.uarch}-" + fingerprint(
-            CODE_VERSIONS["learned_params"], run["run_id"], measurements, self.settings.tune)
+            CODE_VERSIONS["learned_params"], run and run["run_id"], measurements, tuner,
+            self.settings.tune if tuner != "direct" else None, self.settings.search if tuner != "surrogate" else None)
         if not store.query("SELECT 1 FROM param_tables WHERE table_id = ?", self.db, [table_id]).is_empty():
             return {"table_id": table_id, "reused": True}
-        surrogate = Surrogate.load(run["checkpoint"])
-        space = ParamSpace.create(surrogate.row_keys, self.engine.resources())  # rows the surrogate knows
-        train_frame, _ = self.blocks("train")
-        val_frame, val_blocks = self.blocks("val")
-        bt = surrogate.tensors(datasets.block_inputs([train_blocks[b] for b in train_frame["block_id"]]))
-        start = default
-        if self.settings.tune.start == "random":
-            start = space.sampled_table("difftune", self.settings.tune.seed, default)
+        measured = train_frame["cycles_per_100"].to_numpy()
+        val = lambda t: self.score(t, val_frame, val_blocks)[0]  # noqa: E731
         t0 = time.perf_counter()
-        best, history = tune(surrogate, space, start, bt, train_frame["cycles_per_100"].to_numpy(),
-                             lambda t: self.score(t, val_frame, val_blocks)[0], self.settings.tune, log=log)
+        best, history, space_id = default, [], None
+        if tuner in ("surrogate", "combined"):
+            space, predict = self._predictor(run, train_frame, train_blocks)
+            space_id = space.fingerprint()
+            start = default
+            if self.settings.tune.start == "random":
+                start = space.sampled_table("difftune", self.settings.tune.seed, default)
+            best, steps = tune(predict, train_frame.height, space, start, measured, val, self.settings.tune, log=log)
+            history += [{"stage": "surrogate", **h} for h in steps]
+        if tuner in ("direct", "combined"):
+            proposer = None
+            if tuner == "combined":
+                columns = space.columns
+                proposer = lambda table: gradient_proposer(  # noqa: E731
+                    gradient(predict, train_frame.height, space, table, measured), columns)
+            blocks = [train_blocks[b] for b in train_frame["block_id"]]
+            best, rounds = search(self.engine, blocks, measured, default, val, self.settings.search,
+                                  start=best, proposer=proposer, log=log)
+            history += [{"stage": "search", **h} for h in rounds]
+        seconds = time.perf_counter() - t0
         with store.writer(self.db) as con:
-            store.save_table(con, table_id, best, kind="learned", parent_id=default_id,
-                             space_id=space.fingerprint(),
-                             note=json.dumps({"surrogate": run["run_id"], "tune": asdict(self.settings.tune),
-                                              "history": history, "seconds": time.perf_counter() - t0}))
+            store.save_table(con, table_id, best, kind="learned", parent_id=default_id, space_id=space_id,
+                             note=json.dumps({"tuner": tuner, "surrogate": run and run["run_id"],
+                                              "tune": asdict(self.settings.tune), "search": asdict(self.settings.search),
+                                              "history": history, "seconds": seconds}))
         return {"table_id": table_id, "reused": False, "history": history,
-                "changed_rows": len(best.changed_rows(default)), "seconds": time.perf_counter() - t0}
+                "changed_rows": len(best.changed_rows(default)), "seconds": seconds}
 
     def latest_learned(self) -> str:
         rows = store.query("SELECT table_id FROM param_tables WHERE kind = 'learned' AND mcpu = ? "
@@ -200,7 +278,9 @@ class Stage:
         (val_frame, val_blocks), (test_frame, test_blocks) = self.blocks("val"), self.blocks("test")
         frame, blocks = pl.concat([val_frame, test_frame]), {**val_blocks, **test_blocks}
         memberships = slices(frame.select("block_id", "n_insts", "asm"),
-                             store.query("SELECT block_id, app FROM block_sources", self.db))
+                             store.query("SELECT block_id, app FROM block_sources", self.db),
+                             store.query("SELECT block_id, bottleneck FROM block_features WHERE table_id = ?",
+                                         self.db, [self.default_table_id()[0]]))
         now = datetime.now(timezone.utc).replace(tzinfo=None)
         for table_id in table_ids:
             if not store.query("SELECT 1 FROM evaluations WHERE table_id = ? AND uarch = ?", self.db,

@@ -134,6 +134,42 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (table_id, uarch, split, slice)
     );
     """,
+    """
+    -- Repeated measurements of a block in one batch (nanoBench repeats) are rows of their own.
+    CREATE TABLE measurements_v3 (
+        block_id   VARCHAR NOT NULL,
+        uarch      VARCHAR NOT NULL,
+        cycles_per_100 DOUBLE NOT NULL,
+        batch_id   VARCHAR NOT NULL,
+        source_file VARCHAR NOT NULL,
+        line_no    BIGINT NOT NULL,
+        ingested_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (block_id, uarch, batch_id, line_no)
+    );
+    INSERT INTO measurements_v3 SELECT block_id, uarch, cycles_per_100, batch_id, source_file, line_no, ingested_at
+        FROM measurements;
+    DROP TABLE measurements;
+    ALTER TABLE measurements_v3 RENAME TO measurements;
+    CREATE TABLE block_features (
+        block_id   VARCHAR NOT NULL,
+        mcpu       VARCHAR NOT NULL,
+        table_id   VARCHAR NOT NULL,      -- the parameter table the table-dependent features are computed under
+        n_insts    BIGINT NOT NULL,
+        n_uops     BIGINT NOT NULL,
+        regs_read  BIGINT NOT NULL,       -- distinct registers read (widened: EAX counts as RAX); zero idioms read none
+        regs_written BIGINT NOT NULL,
+        loads      BIGINT NOT NULL,       -- instructions that may load / store (LLVM's instruction descriptions)
+        stores     BIGINT NOT NULL,
+        memory_deps BIGINT NOT NULL,      -- store -> load through the same address expression
+        loop_carried_memory_deps BIGINT NOT NULL,
+        chain_cycles DOUBLE NOT NULL,     -- critical register-dependency path of one iteration (latencies, ReadAdvance)
+        loop_carried_cycles DOUBLE NOT NULL,   -- recurrence per iteration, unlimited resources
+        port_pressure_cycles DOUBLE NOT NULL,  -- most loaded resource per iteration
+        dispatch_cycles DOUBLE NOT NULL,  -- µops / dispatch width per iteration
+        bottleneck VARCHAR NOT NULL,      -- port_pressure | dispatch | loop_carried_latency
+        PRIMARY KEY (block_id, table_id)
+    );
+    """,
 ]
 
 

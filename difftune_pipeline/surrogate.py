@@ -185,6 +185,20 @@ class Surrogate:
     def tensors(self, blocks) -> BlockTensors:
         return BlockTensors.build(blocks, self.vocab, self.row_index)
 
+    def predictor(self, blocks: BlockTensors):
+        """``predict(matrix, globals, idx)``: cycles of blocks ``idx`` under one table
+        (for tuning; the model is frozen, the token LSTM runs once)."""
+        self.model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        with torch.no_grad():
+            inst = self.model.embed_instructions(blocks.tok, blocks.tok_len)
+
+        def predict(matrix: torch.Tensor, globals_: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+            params = param_inputs(matrix, blocks.rows[idx])
+            return self.model(inst[idx], params, blocks.n_insts[idx], (globals_ / GLOBAL_SCALE).expand(len(idx), 2))
+        return predict
+
 
 def train(data: TrainingData, vocab: Vocabulary, row_keys: list[str], config: SurrogateConfig,
           log=print) -> tuple[Surrogate, dict]:

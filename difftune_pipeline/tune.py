@@ -1,4 +1,4 @@
-"""Learning the parameter table through the frozen surrogate (DiffTune §4).
+"""Learning the parameter table through a frozen surrogate (DiffTune §4).
 
 The table is a learnable tensor; ``abs()`` keeps it non-negative before the
 surrogate; the loss is MAPE against measured throughputs of the train blocks;
@@ -16,7 +16,7 @@ import torch
 
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.params import ParamSpace
-from difftune_pipeline.surrogate import GLOBAL_SCALE, BlockTensors, Surrogate, mape_loss, param_inputs
+from difftune_pipeline.surrogate import mape_loss
 
 
 @dataclass
@@ -29,37 +29,29 @@ class TuneConfig:
     seed: int = 0
 
 
-def tune(surrogate: Surrogate, space: ParamSpace, start: ParamTable, blocks: BlockTensors,
-         measured: np.ndarray, score: Callable[[ParamTable], float], config: TuneConfig,
-         log=print) -> tuple[ParamTable, list[dict]]:
-    """Returns the table with the best ``score`` (engine MAPE on val) among the
+Predict = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def tune(predict: Predict, n_blocks: int, space: ParamSpace, start: ParamTable, measured: np.ndarray,
+         score: Callable[[ParamTable], float], config: TuneConfig, log=print) -> tuple[ParamTable, list[dict]]:
+    """Optimise the table through ``predict(matrix, globals, block indices)`` (a
+    frozen differentiable surrogate) against ``measured`` train throughputs.
+    Returns the table with the best ``score`` (engine MAPE on val) among the
     start table and the tables extracted along the optimisation, and the history."""
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
-    model = surrogate.model
-    model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    if list(space.keys) != surrogate.row_keys:
-        raise ValueError("the surrogate was trained on another parameter space")
     matrix, globals_ = space.encode(start)
     theta = torch.tensor(matrix, requires_grad=True)
     gvec = torch.tensor(globals_, requires_grad=True)
     truth = torch.tensor(measured, dtype=torch.float32)
     optimizer = torch.optim.Adam([theta, gvec], lr=config.lr)
-    with torch.no_grad():
-        inst = model.embed_instructions(blocks.tok, blocks.tok_len)
 
     best_score = score(start)
     best, history = start, [{"step": 0, "surrogate_mape": None, "val_mape": best_score}]
     log(f"tune: start ({config.start}) val MAPE {100 * best_score:.2f}%")
-    n = blocks.tok.shape[0]
     for step in range(1, config.steps + 1):
-        idx = torch.tensor(rng.choice(n, size=min(config.batch_blocks, n), replace=False))
-        params = param_inputs(theta.abs(), blocks.rows[idx])
-        g = (gvec.abs() / GLOBAL_SCALE).expand(len(idx), 2)
-        pred = model(inst[idx], params, blocks.n_insts[idx], g)
-        loss = mape_loss(pred, truth[idx])
+        idx = torch.tensor(rng.choice(n_blocks, size=min(config.batch_blocks, n_blocks), replace=False))
+        loss = mape_loss(predict(theta.abs(), gvec.abs(), idx), truth[idx])
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -71,3 +63,19 @@ def tune(surrogate: Surrogate, space: ParamSpace, start: ParamTable, blocks: Blo
             if val < best_score:
                 best, best_score = candidate, val
     return best, history
+
+
+def gradient(predict: Predict, n_blocks: int, space: ParamSpace, table: ParamTable, measured: np.ndarray,
+             batch: int = 512) -> dict[str, np.ndarray]:
+    """d(train MAPE through the surrogate)/d(parameters) at ``table``, per row of
+    the space: what the surrogate says each parameter would do to the error."""
+    matrix, globals_ = space.encode(table)
+    theta = torch.tensor(matrix, requires_grad=True)
+    g = torch.tensor(globals_)
+    truth = torch.tensor(measured, dtype=torch.float32)
+    for start in range(0, n_blocks, batch):
+        idx = torch.arange(start, min(n_blocks, start + batch))
+        loss = ((predict(theta, g, idx) - truth[idx]).abs() / truth[idx]).sum() / n_blocks
+        loss.backward()
+    grad = theta.grad.numpy()
+    return {key: grad[i] for i, key in enumerate(space.keys) if np.any(grad[i])}

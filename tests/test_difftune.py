@@ -9,11 +9,14 @@ from difftune_pipeline import ingest, simulations, store
 from difftune_pipeline.cli import app
 from difftune_pipeline.engine import Engine
 from difftune_pipeline.pipeline import Settings, Stage
+from difftune_pipeline.search import SearchConfig
+from difftune_pipeline.structured import StructuredConfig
 from difftune_pipeline.surrogate import SurrogateConfig
 from difftune_pipeline.tune import TuneConfig
 
 TINY = Settings(tables_per_preset=2, blocks_per_table=150, shards=2,
-                surrogate=SurrogateConfig(epochs=1), tune=TuneConfig(steps=6, validate_every=3))
+                surrogate=SurrogateConfig(epochs=1), structured=StructuredConfig(seconds=20, max_epochs=4),
+                tune=TuneConfig(steps=6, validate_every=3), search=SearchConfig(budget=3000, rounds=1))
 
 
 @pytest.fixture
@@ -34,7 +37,7 @@ def test_stages_end_to_end_and_again_without_work(stage, warehouse):
     done = [stage.simulate_shard(s) for s in range(2)]
     assert sum(d["simulated"] for d in done) == 4 * 150
     run = stage.train_surrogate(log=lambda *_: None)
-    assert 0 < run["heldout_mape"] < 10 and not run["reused"]
+    assert run["model"] == "structured" and 0 < run["heldout_mape"] < 0.25 and not run["reused"]
     learned = stage.learn(log=lambda *_: None)
     default_id, default = stage.default_table_id()
     evals = stage.evaluate([default_id, learned["table_id"]])
@@ -120,3 +123,22 @@ def test_a_tuning_change_reuses_the_surrogate_and_relearns(stage):
     assert retuned.train_surrogate()["run_id"] == first["run_id"] and retuned.train_surrogate()["reused"]
     again = retuned.learn(log=lambda *_: None)
     assert not again["reused"] and again["table_id"] != learned["table_id"]
+
+
+@pytest.mark.parametrize("model, tuner", [("ithemal", "surrogate"), ("structured", "surrogate"),
+                                          ("structured", "direct"), ("structured", "combined")])
+def test_each_surrogate_and_tuner_learns_a_valid_table_no_worse_on_val(stage, model, tuner):
+    stage.sampled_tables()
+    for s in range(2):
+        stage.simulate_shard(s)
+    chosen = Stage(stage.db, stage.engine, Settings(**{**TINY.__dict__, "surrogate_model": model, "tuner": tuner}))
+    run = chosen.train_surrogate(log=lambda *_: None)
+    assert run["model"] == model and run["heldout_mape"] < 1.0
+    out = chosen.learn(log=lambda *_: None)
+    learned = store.load_table(out["table_id"], stage.db)
+    stage.engine.compile(learned)
+    val_frame, val_blocks = chosen.blocks("val")
+    _, default = chosen.default_table_id()
+    assert chosen.score(learned, val_frame, val_blocks)[0] <= chosen.score(default, val_frame, val_blocks)[0] + 1e-12
+    stages = {h["stage"] for h in out["history"]}
+    assert stages == {"surrogate": {"surrogate"}, "direct": {"search"}, "combined": {"surrogate", "search"}}[tuner]

@@ -40,13 +40,21 @@ def test_good_and_bad_rows_are_all_accounted_for(haswell, warehouse, tmp_path):
     assert _count(warehouse, "SELECT reason FROM blocks WHERE hex = '0fff'").startswith("undecodable")
 
 
-def test_duplicates_and_conflicts_within_a_batch(haswell, warehouse, tmp_path):
-    path = tmp_path / "dups.csv"
-    path.write_text("4801d8,100\n4801D8,100\n4801d8,120\n")
+def test_repeated_measurements_are_kept_and_corpus_duplicates_quarantined(haswell, warehouse, tmp_path):
+    from difftune_pipeline import datasets
+
+    path = tmp_path / "repeats.csv"
+    path.write_text("4801d8,100\n4801D8,100\n4801d8,130\n")
     summary = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
-    assert (summary.n_ingested, summary.n_quarantined) == (1, 2)
+    assert (summary.n_ingested, summary.n_quarantined) == (3, 0)
+    ingest.assign_splits(warehouse)
+    split = store.query("SELECT split FROM splits", warehouse).item()
+    assert datasets.measured_blocks(warehouse, "haswell", [split])["cycles_per_100"].to_list() == [110.0]
+    corpus = tmp_path / "app.csv"
+    corpus.write_text("4801d8,1\n4801D8,1\n4801d8,2\n")
+    ingest.ingest_corpus(corpus, warehouse, haswell)
     reasons = store.query("SELECT reason FROM quarantine ORDER BY line_no", warehouse)["reason"].to_list()
-    assert reasons == ["duplicate of line 1", "conflicts with line 1 (cycles 100 vs 120)"]
+    assert reasons == ["duplicate of line 1", "conflicts with line 1 (frequency 1 vs 2)"]
 
 
 def test_reingesting_adds_nothing_and_new_files_add_only_what_is_new(haswell, warehouse, tmp_path):

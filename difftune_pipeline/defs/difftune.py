@@ -36,6 +36,20 @@ def default_params(warehouse: Warehouse, engine: EngineResource, settings: DiffT
 
 
 @dg.asset(group_name=GROUP, deps=[default_params], pool=WRITER_POOL, kinds={"duckdb"},
+          code_version=CODE_VERSIONS["features"], automation_condition=FOLLOWS_UPSTREAM)
+def block_features(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings) -> dg.MaterializeResult:
+    """Hardware features of each measured block (table ``block_features``): instruction
+    and µop counts, registers read and written (from LLVM's instruction descriptions),
+    loads, stores, store→load memory dependencies, the critical and loop-carried
+    dependency chains, port pressure and dispatch load under the default table,
+    and the bottleneck they point to. Errors are sliced by it in ``evaluation``."""
+    out = _stage(warehouse, engine, settings).features()
+    return dg.MaterializeResult(metadata={"table_id": out["table_id"], "blocks": out["blocks"], "new": out["new"],
+                                          "by_bottleneck": markdown(out["by_bottleneck"]),
+                                          **row_count(warehouse, "block_features")})
+
+
+@dg.asset(group_name=GROUP, deps=[default_params], pool=WRITER_POOL, kinds={"duckdb"},
           code_version=CODE_VERSIONS["sampled_tables"])  # re-run nightly by the re-tune schedule
 def sampled_tables(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings) -> dg.MaterializeResult:
     """Parameter tables sampled from ``(preset, seed)``: DiffTune's uniform preset
@@ -63,12 +77,13 @@ def simulations(context: dg.AssetExecutionContext, warehouse: Warehouse, engine:
                                          description="Held-out MAPE against the engine within the limit")])
 def surrogate(context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource,
               settings: DiffTuneSettings):
-    """The Ithemal-style surrogate trained on the simulations (checkpoint under
-    ``warehouse/models/``, row in ``surrogate_runs``), with its fidelity against
-    the engine on held-out blocks."""
+    """The surrogate trained on the simulations — structured (analytic bounds with a
+    learned correction, the default) or DiffTune's Ithemal-style LSTM — as a
+    checkpoint under ``warehouse/models/`` and a row in ``surrogate_runs``, with
+    its fidelity against the engine on held-out blocks."""
     out = _stage(warehouse, engine, settings).train_surrogate(log=context.log.info)
     yield dg.MaterializeResult(
-        metadata={"run_id": out["run_id"], "checkpoint": dg.MetadataValue.path(out["checkpoint"]),
+        metadata={"run_id": out["run_id"], "model": out["model"], "checkpoint": dg.MetadataValue.path(out["checkpoint"]),
                   "heldout_mape_pct": round(100 * out["heldout_mape"], 2),
                   "heldout_kendall_tau": round(out["heldout_kendall_tau"], 3),
                   "train_seconds": round(out["train_seconds"], 1), "n_train": out["n_train"],
@@ -84,8 +99,9 @@ def surrogate(context: dg.AssetExecutionContext, warehouse: Warehouse, engine: E
                                          description="Engine MAPE on val of the learned table ≤ the default's")])
 def learned_params(context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource,
                    settings: DiffTuneSettings):
-    """The table optimised through the frozen surrogate against the train
-    measurements, selected on val with the real engine, extracted to valid integers."""
+    """The table learned against the train measurements by the configured tuner:
+    through the frozen surrogate (DiffTune), by direct search on the engine, or
+    both combined (the default); selected on val with the real engine."""
     stage = _stage(warehouse, engine, settings)
     out = stage.learn(log=context.log.info)
     meta = {"table_id": out["table_id"], "reused": out["reused"]}
@@ -114,8 +130,8 @@ def _check_result(name: str, verdict: quality.Verdict) -> dg.AssetCheckResult:
                                metadata=verdict.metadata)
 
 
-@dg.asset(group_name=GROUP, deps=[learned_params, default_params], pool=WRITER_POOL, kinds={"duckdb"},
-          code_version=CODE_VERSIONS["evaluation"], automation_condition=FOLLOWS_UPSTREAM)
+@dg.asset(group_name=GROUP, deps=[learned_params, default_params, block_features], pool=WRITER_POOL,
+          kinds={"duckdb"}, code_version=CODE_VERSIONS["evaluation"], automation_condition=FOLLOWS_UPSTREAM)
 def evaluation(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings) -> dg.MaterializeResult:
     """Default and learned tables through the real engine on val and test,
     overall and per slice (tables ``evaluations`` and ``predictions``)."""

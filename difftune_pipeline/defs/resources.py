@@ -19,7 +19,10 @@ from difftune_pipeline.engine import Engine
 
 SAMPLE_DIR = Path(__file__).resolve().parents[1] / "data" / "sample"
 DEFAULT_INBOX = store.DEFAULT_PATH.parent / "inbox"
-FULL_MEASUREMENTS = {"haswell": "bhive_hsw.csv", "ivybridge": "bhive_ivb.csv", "skylake": "bhive_skl.csv"}
+# µarch -> (file under ground_truth/, unit). AMD Zen+ (nanoBench, AnICA) is modelled by LLVM's znver1.
+FULL_MEASUREMENTS = {"haswell": ("bhive_hsw.csv", "cycles_per_100"), "ivybridge": ("bhive_ivb.csv", "cycles_per_100"),
+                     "skylake": ("bhive_skl.csv", "cycles_per_100"),
+                     "znver1": ("other/anica_nanobench_zenplus_cycles_per_iter.csv", "cycles_per_iteration")}
 
 
 class MeasurementFile(dg.Config):
@@ -75,11 +78,12 @@ class DataSources(dg.ConfigurableResource):
     @classmethod
     def full(cls, data_dir: str) -> DataSources:
         root = Path(data_dir)
-        files = [MeasurementFile(path=str(root / "ground_truth" / name), uarch=uarch)
-                 for uarch, name in FULL_MEASUREMENTS.items() if (root / "ground_truth" / name).exists()]
+        files = [MeasurementFile(path=str(root / "ground_truth" / name), uarch=uarch, unit=unit)
+                 for uarch, (name, unit) in FULL_MEASUREMENTS.items() if (root / "ground_truth" / name).exists()]
         corpus = sorted(str(p) for p in (root / "bhive_sources").glob("*.csv"))
         if not files:
-            raise FileNotFoundError(f"DIFFTUNE_DATA_DIR={data_dir} holds none of ground_truth/{sorted(FULL_MEASUREMENTS.values())}")
+            raise FileNotFoundError(f"DIFFTUNE_DATA_DIR={data_dir} holds none of "
+                                    f"ground_truth/{sorted(name for name, _ in FULL_MEASUREMENTS.values())}")
         return cls(measurement_files=files, corpus_files=corpus)
 
 
@@ -116,28 +120,39 @@ class DiffTuneSettings(dg.ConfigurableResource):
     tables_per_preset: int = 24
     blocks_per_table: int = 0
     iterations: int = 100
-    surrogate_epochs: int = 20
-    surrogate_hidden: int = 64
+    surrogate_model: str = "structured"   # structured | ithemal (DiffTune's LSTM)
+    surrogate_epochs: int = 20            # ithemal
+    surrogate_hidden: int = 64            # ithemal
+    structured_seconds: float = 120.0     # structured: training time
+    tuner: str = "combined"               # surrogate | direct | combined
     tune_start: str = "default"
     tune_steps: int = 300
     tune_lr: float = 0.05
+    search_budget: int = 30_000           # direct/combined: block simulations
+    search_rounds: int = 3
     surrogate_max_heldout_mape: float = 0.25  # the surrogate's fidelity check fails above this
 
     def to_settings(self, shards: int):
         from difftune_pipeline.pipeline import Settings
+        from difftune_pipeline.search import SearchConfig
+        from difftune_pipeline.structured import StructuredConfig
         from difftune_pipeline.surrogate import SurrogateConfig
         from difftune_pipeline.tune import TuneConfig
 
         return Settings(presets=list(self.presets), tables_per_preset=self.tables_per_preset,
                         blocks_per_table=self.blocks_per_table, shards=shards, iterations=self.iterations,
+                        surrogate_model=self.surrogate_model,
                         surrogate=SurrogateConfig(epochs=self.surrogate_epochs, hidden=self.surrogate_hidden),
-                        tune=TuneConfig(start=self.tune_start, steps=self.tune_steps, lr=self.tune_lr))
+                        structured=StructuredConfig(seconds=self.structured_seconds),
+                        tuner=self.tuner, tune=TuneConfig(start=self.tune_start, steps=self.tune_steps, lr=self.tune_lr),
+                        search=SearchConfig(budget=self.search_budget, rounds=self.search_rounds))
 
     @classmethod
     def for_profile(cls, profile: str) -> DiffTuneSettings:
         if profile == "full":
-            return cls(tables_per_preset=32, blocks_per_table=3000, surrogate_epochs=12, tune_steps=400)
+            return cls(tables_per_preset=32, blocks_per_table=3000, surrogate_epochs=12, structured_seconds=300,
+                       tune_steps=400, search_budget=192_000)
         if profile == "smoke":  # the whole graph in about a minute: a check, not a result
-            return cls(tables_per_preset=2, blocks_per_table=200, surrogate_epochs=1, tune_steps=10,
-                       surrogate_max_heldout_mape=1.0)
+            return cls(tables_per_preset=2, blocks_per_table=200, surrogate_epochs=1, structured_seconds=5,
+                       tune_steps=10, search_budget=3000, search_rounds=1, surrogate_max_heldout_mape=1.0)
         return cls()

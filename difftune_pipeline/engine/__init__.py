@@ -9,6 +9,7 @@ LLVM ("Total Cycles") under the default table.
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ InvalidTable = _engine.InvalidTable
 Block = _engine.Block
 DEFAULT_ITERATIONS = 100
 DEFAULT_CYCLE_CAP = 10_000_000
+COMPILED_CACHE = 64  # compiled tables kept (each holds copies of the CPU's scheduling tables)
 
 __all__ = ["Engine", "ParamTable", "SimResult", "InvalidTable", "Block", "LLVM_VERSION", "LLVM_MCA", "default_threads"]
 
@@ -55,7 +57,7 @@ class Engine:
         self.mcpu = mcpu
         self.llvm_version = LLVM_VERSION
         self._defaults: ParamTable | None = None
-        self._compiled: dict[str, _engine.CompiledTable] = {}
+        self._compiled: OrderedDict[str, _engine.CompiledTable] = OrderedDict()  # LRU: a search compiles thousands
 
     # ---- blocks -----------------------------------------------------------
     def disassemble(self, hex_: str) -> Block:
@@ -89,10 +91,14 @@ class Engine:
         if table.llvm_version.split(".")[0] != self.llvm_version.split(".")[0]:
             raise InvalidTable(f"table is for LLVM {table.llvm_version}, engine runs LLVM {self.llvm_version}")
         key = table.fingerprint()
-        if key not in self._compiled:
+        if key in self._compiled:
+            self._compiled.move_to_end(key)
+        else:
             changed = table.changed_rows(self._base())
             rows = [{"key": k, **r} for k, r in changed.items()]
             self._compiled[key] = self._native.compile({g: table.globals[g] for g in GLOBALS}, rows)
+            if len(self._compiled) > COMPILED_CACHE:
+                self._compiled.popitem(last=False)
         return self._compiled[key]
 
     # ---- simulation -------------------------------------------------------

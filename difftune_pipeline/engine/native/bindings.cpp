@@ -56,6 +56,21 @@ NB_MODULE(_engine, m) {
       .def_prop_ro("opcodes", &dt::Block::opcodes)
       .def_prop_ro("asm", &dt::Block::asm_lines)
       .def_prop_ro("row_keys", &dt::Block::row_keys)
+      .def_prop_ro("operands", [](const dt::Block &B) {
+        nb::list L;
+        for (const auto &O : B.operands())
+        {
+          nb::dict D;
+          D["reads"] = nb::cast(O.reads);
+          D["writes"] = nb::cast(O.writes);
+          D["may_load"] = O.may_load;
+          D["may_store"] = O.may_store;
+          D["dependency_breaking"] = O.dependency_breaking;
+          D["address"] = O.address;
+          L.append(D);
+        }
+        return L;
+      })
       .def("__len__", &dt::Block::size);
 
   nb::class_<dt::Table>(m, "CompiledTable");

@@ -290,6 +290,58 @@ std::vector<std::string> Block::opcodes() const {
   return R;
 }
 
+static std::string widest(const MCRegisterInfo &MRI, MCRegister R) {
+  MCRegister Top = R;
+  for (MCSuperRegIterator S(R, &MRI); S.isValid(); ++S)
+    if (!MCSuperRegIterator(*S, &MRI).isValid()) Top = *S;
+  return MRI.getName(Top);
+}
+
+std::vector<InstrOperands> Block::operands() const {
+  const EngineImpl &E = *impl->Engine;
+  std::vector<InstrOperands> Out;
+  for (const MCInst &MI : impl->Insts) {
+    InstrOperands O;
+    const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
+    O.may_load = D.mayLoad();
+    O.may_store = D.mayStore();
+    APInt Mask;
+    O.dependency_breaking = E.MCIA->isZeroIdiom(MI, Mask, E.SM->getProcessorID()) ||
+                            E.MCIA->isDependencyBreaking(MI, Mask, E.SM->getProcessorID());
+    for (unsigned I = 0; I < MI.getNumOperands(); ++I) {
+      const MCOperand &Op = MI.getOperand(I);
+#if LLVM_VERSION_MAJOR >= 16
+      bool Memory = I < D.getNumOperands() && D.operands()[I].OperandType == MCOI::OPERAND_MEMORY;
+#else
+      bool Memory = I < D.getNumOperands() && D.OpInfo[I].OperandType == MCOI::OPERAND_MEMORY;
+#endif
+      if (Memory) {
+        if (!O.address.empty()) O.address += ",";
+        O.address += Op.isReg() ? (Op.getReg() ? std::string(E.MRI->getName(Op.getReg())) : "")
+                     : Op.isImm() ? std::to_string(Op.getImm()) : "sym";
+      }
+      if (!Op.isReg() || !Op.getReg()) continue;
+      if (I < D.getNumDefs())
+        O.writes.push_back(widest(*E.MRI, Op.getReg()));
+      else if (Memory || !O.dependency_breaking)
+        O.reads.push_back(widest(*E.MRI, Op.getReg()));
+    }
+#if LLVM_VERSION_MAJOR >= 16
+    for (MCPhysReg R : D.implicit_uses()) O.reads.push_back(widest(*E.MRI, R));
+    for (MCPhysReg R : D.implicit_defs()) O.writes.push_back(widest(*E.MRI, R));
+#else
+    for (const MCPhysReg *R = D.getImplicitUses(); R && *R; ++R) O.reads.push_back(widest(*E.MRI, *R));
+    for (const MCPhysReg *R = D.getImplicitDefs(); R && *R; ++R) O.writes.push_back(widest(*E.MRI, *R));
+#endif
+    for (auto *V : {&O.reads, &O.writes}) {
+      std::sort(V->begin(), V->end());
+      V->erase(std::unique(V->begin(), V->end()), V->end());
+    }
+    Out.push_back(std::move(O));
+  }
+  return Out;
+}
+
 // ---------------------------------------------------------------- Engine
 
 Engine::Engine(const std::string &mcpu) : impl_(std::make_shared<EngineImpl>()) {

@@ -51,6 +51,15 @@ struct Table {
   std::shared_ptr<const TableImpl> impl;
 };
 
+// What an instruction reads and writes, from LLVM's instruction descriptions:
+// the input of dependency analysis (block features, the structured surrogate).
+struct InstrOperands {
+  std::vector<std::string> reads, writes;  // registers, widened to their largest super-register
+  bool may_load = false, may_store = false;
+  bool dependency_breaking = false;  // zero idiom / dependency-breaking: its register reads are dropped
+  std::string address;               // the memory operand (base,scale,index,disp,segment); "" if none
+};
+
 struct BlockImpl;
 struct Block {
   std::shared_ptr<const BlockImpl> impl;
@@ -61,6 +70,7 @@ struct Block {
   std::vector<std::string> asm_lines() const;
   // Parameter-row key of each instruction (opcode, or OPCODE#CLASS when variant).
   std::vector<std::string> row_keys() const;
+  std::vector<InstrOperands> operands() const;
 };
 
 struct SimResult {
