@@ -69,8 +69,10 @@ def main() -> None:
     parser.add_argument("--mcpu", default="haswell")
     parser.add_argument("--budget", type=int, default=0, help="search simulations (0: DiffTune's dataset size)")
     parser.add_argument("--structured-seconds", type=float, default=300.0)
+    parser.add_argument("--tune-steps", type=int, default=FULL.tune.steps)
     args = parser.parse_args()
-    stage = Stage(args.db, Engine(args.mcpu), FULL)
+    settings = replace(FULL, tune=replace(FULL.tune, steps=args.tune_steps))
+    stage = Stage(args.db, Engine(args.mcpu), settings)
     space, default, train_blocks = stage.space()
     tables = stage.tables(space)
     train_frame, _ = stage.blocks("train")
@@ -116,7 +118,7 @@ def main() -> None:
                                      StructuredConfig(seconds=seconds, max_epochs=1000))
     predict = model.predictor(model.tensors(blocks))
     space = ParamSpace.create(model.row_keys, stage.engine.resources())
-    learned_s, _ = tune(predict, len(blocks), space, default_all, measured, val, FULL.tune)
+    learned_s, _ = tune(predict, len(blocks), space, default_all, measured, val, settings.tune)
     s_seconds = time.perf_counter() - t0
     results["structured"] = {**test_metrics(stage, learned_s, test_frame, test_blocks, members),
                              "simulations": n_sims, "surrogate_heldout_mape": report["heldout_mape"],

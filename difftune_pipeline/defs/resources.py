@@ -107,7 +107,9 @@ def resources() -> dg.Definitions:
             "warehouse": Warehouse(path=os.environ.get("DIFFTUNE_WAREHOUSE", str(store.DEFAULT_PATH))),
             "engine": EngineResource(mcpu=os.environ.get("DIFFTUNE_MCPU", "haswell")),
             "sources": sources_for_profile(profile, os.environ.get("DIFFTUNE_DATA_DIR")),
-            "settings": DiffTuneSettings.for_profile(profile),
+            "settings": DiffTuneSettings.for_profile(profile).model_copy(update={
+                k: v for k, v in (("surrogate_model", os.environ.get("DIFFTUNE_SURROGATE")),
+                                  ("tuner", os.environ.get("DIFFTUNE_TUNER"))) if v}),
             "inbox": Inbox(path=os.environ.get("DIFFTUNE_INBOX", str(DEFAULT_INBOX))),
         }
     )
