@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -52,8 +53,11 @@ def uarch_section(db, uarch: str, learned_id: str, default_id: str) -> str:
     ml = test.filter(pl.col("slice").str.starts_with("ml:")).with_columns(
         (pl.col("learned_mape_pct") <= 100 * GPGPU_SIM_ML_ERROR).alias("within_gpgpu_sim_18pct"))
     worse = test.filter(pl.col("worse"))["slice"].to_list()
+    note = store.query("SELECT note FROM param_tables WHERE table_id = ?", db, [learned_id])["note"][0]
+    tuner = json.loads(note).get("tuner", "surrogate") if note else "unknown"
     parts = [f"<h2>-mcpu={html.escape(uarch)}</h2>",
-             f"<p>default table <code>{html.escape(default_id)}</code>, learned table <code>{html.escape(learned_id)}</code>."
+             f"<p>default table <code>{html.escape(default_id)}</code>, learned table <code>{html.escape(learned_id)}</code>"
+             f" (tuner: {html.escape(tuner)})."
              " Every figure is the real engine (llvm-mca's library) at 100 iterations against measured cycles per 100"
              " iterations.</p>",
              "<h3>Overall</h3>", table_html(table.filter(pl.col("slice") == "all"), "worse")]

@@ -5,9 +5,8 @@ import os
 import dagster as dg
 
 # Re-run when an upstream asset is updated (a new batch, a new surrogate), once
-# nothing upstream is in progress and no upstream blocking check failed. A
-# batch partition that was never materialised does not hold the rest back.
-FOLLOWS_UPSTREAM = (dg.AutomationCondition.eager().without(~dg.AutomationCondition.any_deps_missing())
+# nothing upstream is missing or in progress and no upstream blocking check failed.
+FOLLOWS_UPSTREAM = (dg.AutomationCondition.eager()
                     & ~dg.AutomationCondition.any_deps_match(dg.AutomationCondition.any_checks_match(
                         dg.AutomationCondition.check_failed(), blocking_only=True))).with_label("follows upstream")
 
