@@ -68,7 +68,7 @@ class Stage:
 
     @property
     def models_dir(self) -> Path:
-        path = Path(self.db).parent / "models"
+        path = Path(self.db).resolve().parent / "models"
         path.mkdir(parents=True, exist_ok=True)
         return path
 
