@@ -16,7 +16,8 @@ from difftune_pipeline import ui
 
 ROOT = Path(__file__).resolve().parents[1]
 QUERY = ('{ assetNodes { assetKey { path } groupName description } '
-         'repositoriesOrError { ... on RepositoryConnection { nodes { sensors { name } schedules { name } } } } }')
+         'repositoriesOrError { ... on RepositoryConnection { nodes { sensors { name sensorState { status } } '
+         'schedules { name scheduleState { status } } } } } }')
 
 
 def _graphql(url: str, query: str) -> dict:
@@ -43,8 +44,11 @@ def test_ui_command_serves_the_pipeline(tmp_path):
     assert {"measurement_batches", "learned_params", "evaluation"} <= set(nodes)
     assert all(n["description"] and n["groupName"] in ("ingest", "difftune") for n in nodes.values())
     repo = data["repositoriesOrError"]["nodes"][0]
-    assert "inbox_sensor" in {s["name"] for s in repo["sensors"]}
+    assert {"inbox_sensor", "retune_automation"} <= {s["name"] for s in repo["sensors"]}
     assert {s["name"] for s in repo["schedules"]} == {"nightly_retune"}
+    running = {s["name"] for s in repo["sensors"] + repo["schedules"]
+               if (s.get("sensorState") or s.get("scheduleState"))["status"] == "RUNNING"}
+    assert running == {"inbox_sensor", "retune_automation", "nightly_retune"}  # all on without a click
     assert "the pipeline is loaded" in output
     assert (tmp_path / "home" / "dagster.yaml").exists()
 

@@ -11,3 +11,10 @@ FOLLOWS_UPSTREAM = (dg.AutomationCondition.eager()
                         dg.AutomationCondition.check_failed(), blocking_only=True))).with_label("follows upstream")
 
 RETUNE_CRON = os.environ.get("DIFFTUNE_RETUNE_CRON", "0 2 * * *")
+
+
+# Evaluates the conditions above. Dagster's default automation sensor starts
+# stopped; this one runs as soon as the daemon does, so re-tuning needs no click.
+retune_automation = dg.AutomationConditionSensorDefinition(
+    "retune_automation", target=dg.AssetSelection.all(), default_status=dg.DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=30, description="Runs the automation conditions: re-tuning after new batches")
