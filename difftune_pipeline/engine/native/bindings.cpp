@@ -58,8 +58,7 @@ NB_MODULE(_engine, m) {
       .def_prop_ro("row_keys", &dt::Block::row_keys)
       .def_prop_ro("operands", [](const dt::Block &B) {
         nb::list L;
-        for (const auto &O : B.operands())
-        {
+        for (const auto &O : B.operands()) {
           nb::dict D;
           D["reads"] = nb::cast(O.reads);
           D["writes"] = nb::cast(O.writes);
