@@ -286,7 +286,10 @@ def materialize(
     definitions = defs()
     graph = definitions.resolve_asset_graph()
     job = definitions.resolve_implicit_global_asset_job_def()
-    selected = dg.AssetSelection.from_string(select).resolve(graph)
+    try:
+        selected = dg.AssetSelection.from_string(select).resolve(graph)
+    except Exception as exc:  # the selection grammar raises several error types; all are the user's to read
+        raise _fail(ValueError(f"bad asset selection {select!r} (e.g. 'key:learned_params or key:evaluation'): {exc}")) from None
     ordered = [k for level in graph.toposorted_asset_keys_by_level for k in sorted(level) if k in selected]
     with dg.DagsterInstance.get() as instance, progress() as bar:
         runs: list[tuple[list, str | None]] = []

@@ -251,7 +251,8 @@ class Stage:
             if tuner == "combined":
                 columns = space.columns
                 proposer = lambda table: gradient_proposer(  # noqa: E731
-                    gradient(predict, train_frame.height, space, table, measured), columns)
+                    gradient(predict, train_frame.height, space, table, measured), columns,
+                    halving=self.settings.search.halving)
             blocks = [train_blocks[b] for b in train_frame["block_id"]]
             best, rounds = search(self.engine, blocks, measured, default, val, self.settings.search,
                                   start=best, proposer=proposer, log=log)

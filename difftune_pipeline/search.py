@@ -34,18 +34,23 @@ class SearchConfig:
     min_blocks: int = 2          # rows in fewer train blocks are left alone (they would only overfit)
     max_moves_per_row: int = 3   # accepted moves on one row per visit
     sample_blocks: int = 150     # a move is judged on at most this many of the row's blocks
+    halving: bool = False        # also try halving values >= 4: reaches far-off values (znver1's 100-cycle placeholders)
     seed: int = 0
 
 
-def moves(row: dict) -> list[tuple[str, int, dict]]:
-    """Unit steps from ``row``: (column of ``ParamSpace.columns``, step, new row), each valid."""
+def moves(row: dict, halving: bool = False) -> list[tuple[str, int, dict]]:
+    """Unit steps from ``row`` (and, with ``halving``, halving any value >= 4):
+    (column of ``ParamSpace.columns``, step, new row) over the resources the row
+    lists. Giving cycles to a listed resource at 0 that partially overlaps one in
+    use is refused by the engine: such a move fails its blocks and is never accepted."""
     out = []
+    half = (lambda v: [v // 2 - v] if halving and v >= 4 else [])  # noqa: E731
     uses_ports = any(c > 0 for c in row["ports"].values())  # then µops must stay ≥ 1
-    for d in (-1, 1, 2):
+    for d in [-1, 1, 2] + half(row["latency"][0] if row["latency"] else 0):
         lat = [v + d for v in row["latency"]]
         if row["latency"] and min(lat) >= 0:
             out.append(("latency", d, {**row, "latency": lat}))
-    for d in (-1, 1):
+    for d in [-1, 1] + half(row["uops"]):
         uops = row["uops"] + d
         if uops >= (1 if uses_ports else 0):
             out.append(("uops", d, {**row, "uops": uops}))
@@ -55,13 +60,13 @@ def moves(row: dict) -> list[tuple[str, int, dict]]:
             ra[i] = [use, write, cycles + d]
             out.append((f"read_advance[{use}]", d, {**row, "read_advance": ra}))
     for res, cycles in row["ports"].items():
-        for d in (-1, 1):
+        for d in [-1, 1] + half(cycles):
             if cycles + d >= 0:
                 out.append((f"port:{res}", d, {**row, "ports": {**row["ports"], res: cycles + d}}))
     return [(column, d, canonical_row(r)) for column, d, r in out]
 
 
-def gradient_proposer(grad: dict[str, np.ndarray], columns: list[str], top: int = 3):
+def gradient_proposer(grad: dict[str, np.ndarray], columns: list[str], top: int = 3, halving: bool = False):
     """Moves ranked by the gain a surrogate's gradient predicts (``-grad · step``),
     the ``top`` best with a positive predicted gain: the surrogate proposes, the
     engine decides."""
@@ -71,7 +76,7 @@ def gradient_proposer(grad: dict[str, np.ndarray], columns: list[str], top: int 
         g = grad.get(key)
         if g is None:
             return []
-        scored = [(-g[col[c]] * d, c, d, r) for c, d, r in moves(row) if c in col]
+        scored = [(-g[col[c]] * d, c, d, r) for c, d, r in moves(row, halving) if c in col]
         return [(c, d, r) for gain, c, d, r in sorted(scored, key=lambda x: -x[0])[:top] if gain > 0]
     return propose
 
@@ -125,7 +130,7 @@ class Search:
         smaller latencies, µops and port cycles (larger ReadAdvance) where the
         engine predicts too many cycles, the opposite where too few."""
         too_slow = self.signed[self.index[key]].mean() > 0
-        return [(c, d, r) for c, d, r in moves(row)
+        return [(c, d, r) for c, d, r in moves(row, self.config.halving)
                 if ((d > 0) if c.startswith("read_advance") else (d < 0)) == too_slow]
 
     def improve_row(self, key: str, propose: Proposer | None = None) -> list[str]:

@@ -4,7 +4,7 @@ import dagster as dg
 
 from difftune_pipeline import store
 from difftune_pipeline.definitions import defs
-from difftune_pipeline.defs.resources import DataSources, EngineResource, Warehouse
+from difftune_pipeline.defs.resources import DataSources, DiffTuneSettings, EngineResource, Warehouse
 
 
 def test_definitions_load():
@@ -34,3 +34,19 @@ def test_materialise_the_ingestion_graph_twice(warehouse):
     assert {t: store.query(f"SELECT count(*) FROM {t}", warehouse).item() for t in tables} == counts
     meta = again.asset_materializations_for_node("measurements")[0].metadata
     assert meta["new_batches"].value == 0 and meta["dagster/row_count"].value == 2000
+
+
+def test_environment_overrides_reach_the_runs(monkeypatch):
+    monkeypatch.setenv("DIFFTUNE_PROFILE", "smoke")
+    monkeypatch.setenv("DIFFTUNE_TUNER", "direct")
+    monkeypatch.setenv("DIFFTUNE_SEARCH_HALVING", "1")
+
+    @dg.asset
+    def probe(settings: DiffTuneSettings) -> dg.MaterializeResult:
+        s = settings.to_settings(4)
+        return dg.MaterializeResult(metadata={"tuner": s.tuner, "halving": s.search.halving, "budget": s.search.budget})
+
+    definitions = defs()
+    result = dg.materialize([probe], resources={"settings": definitions.resources["settings"]})
+    meta = result.asset_materializations_for_node("probe")[0].metadata
+    assert (meta["tuner"].value, meta["halving"].value, meta["budget"].value) == ("direct", True, 3000)

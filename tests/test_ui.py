@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -34,12 +35,18 @@ def test_ui_command_serves_the_pipeline(tmp_path):
     process = subprocess.Popen([str(cli), "ui", "--port", str(port)], env=env, cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
+    said = []
     try:
-        ui.wait_until_loaded(url, 300, process)
+        deadline = time.monotonic() + 300
+        for line in process.stdout:  # the command says when the pipeline is loaded
+            said.append(line)
+            if "the pipeline is loaded" in line or time.monotonic() > deadline:
+                break
+        ui.wait_until_loaded(url, 30, process)
         data = _graphql(url, QUERY)
     finally:
         os.killpg(process.pid, signal.SIGTERM)
-        output = process.communicate(timeout=60)[0]
+        output = "".join(said) + process.communicate(timeout=60)[0]
     nodes = {"/".join(n["assetKey"]["path"]): n for n in data["assetNodes"]}
     assert {"measurement_batches", "learned_params", "evaluation"} <= set(nodes)
     assert all(n["description"] and n["groupName"] in ("ingest", "difftune") for n in nodes.values())

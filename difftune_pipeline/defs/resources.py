@@ -107,9 +107,10 @@ def resources() -> dg.Definitions:
             "warehouse": Warehouse(path=os.environ.get("DIFFTUNE_WAREHOUSE", str(store.DEFAULT_PATH))),
             "engine": EngineResource(mcpu=os.environ.get("DIFFTUNE_MCPU", "haswell")),
             "sources": sources_for_profile(profile, os.environ.get("DIFFTUNE_DATA_DIR")),
-            "settings": DiffTuneSettings.for_profile(profile).model_copy(update={
+            "settings": DiffTuneSettings.for_profile(profile, **{
                 k: v for k, v in (("surrogate_model", os.environ.get("DIFFTUNE_SURROGATE")),
-                                  ("tuner", os.environ.get("DIFFTUNE_TUNER"))) if v}),
+                                  ("tuner", os.environ.get("DIFFTUNE_TUNER")),
+                                  ("search_halving", os.environ.get("DIFFTUNE_SEARCH_HALVING") == "1" or None)) if v}),
             "inbox": Inbox(path=os.environ.get("DIFFTUNE_INBOX", str(DEFAULT_INBOX))),
         }
     )
@@ -132,6 +133,7 @@ class DiffTuneSettings(dg.ConfigurableResource):
     tune_lr: float = 0.05
     search_budget: int = 30_000           # direct/combined: block simulations
     search_rounds: int = 3
+    search_halving: bool = False          # also try halving values >= 4 (far-off defaults, e.g. znver1)
     surrogate_max_heldout_mape: float = 0.25  # the surrogate's fidelity check fails above this
 
     def to_settings(self, shards: int):
@@ -147,14 +149,18 @@ class DiffTuneSettings(dg.ConfigurableResource):
                         surrogate=SurrogateConfig(epochs=self.surrogate_epochs, hidden=self.surrogate_hidden),
                         structured=StructuredConfig(seconds=self.structured_seconds),
                         tuner=self.tuner, tune=TuneConfig(start=self.tune_start, steps=self.tune_steps, lr=self.tune_lr),
-                        search=SearchConfig(budget=self.search_budget, rounds=self.search_rounds))
+                        search=SearchConfig(budget=self.search_budget, rounds=self.search_rounds,
+                                            halving=self.search_halving))
 
     @classmethod
-    def for_profile(cls, profile: str) -> DiffTuneSettings:
-        if profile == "full":
-            return cls(tables_per_preset=32, blocks_per_table=3000, surrogate_epochs=12, structured_seconds=300,
-                       tune_steps=400, search_budget=192_000)
-        if profile == "smoke":  # the whole graph in about a minute: a check, not a result
-            return cls(tables_per_preset=2, blocks_per_table=200, surrogate_epochs=1, structured_seconds=5,
-                       tune_steps=10, search_budget=3000, search_rounds=1, surrogate_max_heldout_mape=1.0)
-        return cls()
+    def for_profile(cls, profile: str, **overrides) -> DiffTuneSettings:
+        """The settings of a profile, with ``overrides`` (built as one resource:
+        Dagster rebuilds resources from their constructor arguments)."""
+        presets = {
+            "full": dict(tables_per_preset=32, blocks_per_table=3000, surrogate_epochs=12, structured_seconds=300,
+                         tune_steps=400, search_budget=192_000),
+            # the whole graph in about a minute: a check, not a result
+            "smoke": dict(tables_per_preset=2, blocks_per_table=200, surrogate_epochs=1, structured_seconds=5,
+                          tune_steps=10, search_budget=3000, search_rounds=1, surrogate_max_heldout_mape=1.0),
+        }
+        return cls(**{**presets.get(profile, {}), **overrides})

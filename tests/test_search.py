@@ -1,0 +1,57 @@
+"""Direct search on the engine: valid moves, moves in the direction of the
+error, a budget that holds, train error that only falls, val selection."""
+
+import numpy as np
+
+from difftune_pipeline.engine import InvalidTable
+
+from difftune_pipeline.search import Search, SearchConfig, gradient_proposer, moves, search
+
+
+def test_moves_are_valid_rows_or_refused_overlaps(haswell):
+    table = haswell.default_table()
+    for key in ("IMUL64rr", "ADD64rm", "DIV64r", "VADDPSrr", "MOV64mr"):
+        for halving in (False, True):
+            for column, step, row in moves(table.rows[key], halving):
+                changed = table.copy()
+                changed.rows[key] = row
+                try:
+                    haswell.compile(changed)
+                except InvalidTable as exc:  # only an unused resource overlapping a used one
+                    assert column.startswith("port:") and step > 0 and table.rows[key]["ports"][column[5:]] == 0
+                    assert "partially overlap" in str(exc)
+    big = {"latency": [100], "uops": 1, "read_advance": [], "ports": {"HWPort0": 6}}
+    assert ("latency", -50) in [(c, d) for c, d, _ in moves(big, halving=True)]
+    assert ("latency", -50) not in [(c, d) for c, d, _ in moves(big)]
+
+
+def test_search_lowers_train_error_within_its_budget(haswell, sample_rows):
+    rows = sample_rows[:300]
+    blocks = haswell.disassemble_many([h for h, _ in rows])
+    keep = [i for i, b in enumerate(blocks) if b.ok]
+    blocks, measured = [blocks[i] for i in keep], np.array([rows[i][1] for i in keep])
+    default = haswell.default_table(blocks)
+    worse = default.copy()
+    for key in ("MOV64rm", "MOV32rm", "ADD64rr"):
+        worse.rows[key] = {**worse.rows[key], "latency": [v + 6 for v in worse.rows[key]["latency"]]}
+    config = SearchConfig(budget=6000, rounds=2)
+    state = Search(haswell, blocks, measured, default, config, start=worse)
+    start_error = state.train_mape
+    too_slow = state.directed("MOV64rm", state.changes["MOV64rm"])
+    assert too_slow and all(d < 0 for c, d, _ in too_slow if c == "latency")
+    calls = []
+    best, history = search(haswell, blocks, measured, default, lambda t: calls.append(t) or 0.0, config, start=worse,
+                           log=lambda *_: None)
+    assert history[-1]["simulations"] <= config.budget
+    assert history[-1]["train_mape"] < start_error
+    assert [h["train_mape"] for h in history] == sorted((h["train_mape"] for h in history), reverse=True)
+    assert len(calls) == len(history)  # the start and every round scored on val
+
+
+def test_gradient_proposer_ranks_moves_by_predicted_gain():
+    row = {"latency": [5], "uops": 2, "read_advance": [], "ports": {"HWPort0": 1, "HWPort1": 1}}
+    columns = ["latency", "uops", "port:HWPort0", "port:HWPort1"]
+    grad = {"X": np.array([0.5, -0.1, 0.0, 0.2])}  # lowering latency helps most, then HWPort1, then raising µops
+    proposed = gradient_proposer(grad, columns, top=3)("X", row)
+    assert [(c, d) for c, d, _ in proposed] == [("latency", -1), ("port:HWPort1", -1), ("uops", 1)]
+    assert gradient_proposer(grad, columns)("unknown", row) == []
