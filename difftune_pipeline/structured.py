@@ -71,7 +71,8 @@ class StructuredBlocks:
         for block in blocks:
             ops = block.operands
             rows.append(torch.tensor([row_index.get(k, len(row_index)) for k in block.row_keys], dtype=torch.long))
-            deps = [e for e in dependencies(ops) if e.kind != "memory"]  # llvm-mca assumes no aliasing
+            every = dependencies(ops)
+            deps = [e for e in every if e.kind != "memory"]  # llvm-mca assumes no aliasing
             edges.append(torch.tensor([[e.src, e.dst, e.distance, e.kind == "register"] for e in deps],
                                       dtype=torch.long).reshape(-1, 4))
             longest = [0] * len(ops)
@@ -80,7 +81,7 @@ class StructuredBlocks:
             depth.append(max(longest, default=0))
             static.append([len(ops), sum(o["may_load"] for o in ops), sum(o["may_store"] for o in ops),
                            len({r for o in ops for r in o["reads"]}), len({r for o in ops for r in o["writes"]}),
-                           sum(e.kind == "memory" for e in dependencies(ops))])
+                           sum(e.kind == "memory" for e in every)])
         return cls(rows, edges, torch.tensor(static, dtype=torch.float32),
                    torch.tensor([len(r) for r in rows], dtype=torch.long), torch.tensor(depth, dtype=torch.long))
 
