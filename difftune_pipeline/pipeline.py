@@ -92,11 +92,14 @@ class Stage:
         return simulations.sampled_tables(space, self.uarch, self.settings.presets, self.settings.tables_per_preset)
 
     def default_table_id(self) -> tuple[str, ParamTable]:
-        blocks = []
-        for split in ("train", "val", "test"):
-            blocks += list(self.blocks(split)[1].values())
-        table = self.engine.default_table(blocks)
-        return f"default-{self.uarch}-{table.fingerprint()}", table
+        """LLVM's table over every measured block (built once per stage call)."""
+        if "default" not in self._views:
+            blocks = []
+            for split in ("train", "val", "test"):
+                blocks += list(self.blocks(split)[1].values())
+            table = self.engine.default_table(blocks)
+            self._views["default"] = f"default-{self.uarch}-{table.fingerprint()}", table
+        return self._views["default"]
 
     # ---- stages ----------------------------------------------------------
     def default_params(self) -> dict:
