@@ -6,7 +6,7 @@ export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 STAMP       := $(VENV)/.installed
 SOURCES     := pyproject.toml CMakeLists.txt $(wildcard difftune_pipeline/engine/native/*)
 
-.PHONY: setup run test test-all ui bench screenshots chromium clean
+.PHONY: setup run lint test test-all ui bench screenshots chromium clean
 
 setup: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 
@@ -30,10 +30,14 @@ run: setup
 	@echo "  $(VENV)/bin/difftune sql \"select status, count(*) from blocks group by 1\""
 	@echo "Open the Dagster UI with: make ui   (then http://127.0.0.1:3000)"
 
-test: setup
+lint: setup
+	$(VENV)/bin/ruff check difftune_pipeline tests bench
+	$(VENV)/bin/ruff format --check difftune_pipeline tests bench
+
+test: lint
 	$(VENV)/bin/pytest -m "not slow"
 
-test-all: setup
+test-all: lint
 	$(VENV)/bin/pytest
 
 ui: setup

@@ -36,9 +36,11 @@ def main() -> None:
         changed = sum(a.opcodes != b.opcodes for a, b in zip(direct, texts))
         hex_same = sum(c == r for c, r in zip(hex_path, ref))
         n = len(direct)
-        print(f"{mcpu:10s} text path: {same}/{n} identical ({100 * same / n:.2f}%), binary failed on {failed_ref}; "
-              f"hex path: {hex_same}/{n} identical, {changed} blocks re-assemble to other opcodes; "
-              f"{time.perf_counter() - t0:.0f} s")
+        print(
+            f"{mcpu:10s} text path: {same}/{n} identical ({100 * same / n:.2f}%), binary failed on {failed_ref}; "
+            f"hex path: {hex_same}/{n} identical, {changed} blocks re-assemble to other opcodes; "
+            f"{time.perf_counter() - t0:.0f} s"
+        )
         for c, r, b in zip(ours, ref, texts):
             if c != r:
                 print(f"   differs: engine {c} vs llvm-mca {r}: {' ; '.join(b.asm)[:150]}")

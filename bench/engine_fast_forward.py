@@ -32,12 +32,22 @@ def main() -> None:
     exact = int(np.sum(full[ok] == fast[ok]))
     rel = np.abs(fast[ok] - full[ok]) / full[ok]
     print(f"{ok.sum()} blocks, -mcpu={args.mcpu}, {args.iterations} iterations, 2 threads")
-    print(f"full simulation: {ok.sum() / t_full:8.1f} blocks/s; fast-forward: {ok.sum() / t_fast:8.1f} blocks/s; "
-          f"speed-up {t_full / t_fast:.2f}x")
-    print(f"exactly equal: {exact}/{ok.sum()} ({100 * exact / ok.sum():.2f}%); "
-          f"mean |error| {100 * rel.mean():.4f}%, max {100 * rel.max():.2f}%")
-    print("default: " + ("fast-forward qualifies (>= 99.5% exact)" if exact / ok.sum() >= 0.995
-                         else "full simulation (fast-forward is under 99.5% exact)"))
+    print(
+        f"full simulation: {ok.sum() / t_full:8.1f} blocks/s; fast-forward: {ok.sum() / t_fast:8.1f} blocks/s; "
+        f"speed-up {t_full / t_fast:.2f}x"
+    )
+    print(
+        f"exactly equal: {exact}/{ok.sum()} ({100 * exact / ok.sum():.2f}%); "
+        f"mean |error| {100 * rel.mean():.4f}%, max {100 * rel.max():.2f}%"
+    )
+    print(
+        "default: "
+        + (
+            "fast-forward qualifies (>= 99.5% exact)"
+            if exact / ok.sum() >= 0.995
+            else "full simulation (fast-forward is under 99.5% exact)"
+        )
+    )
 
 
 if __name__ == "__main__":

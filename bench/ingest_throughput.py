@@ -14,8 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from difftune_pipeline import ingest, store
 from difftune_pipeline.engine import Engine
+from difftune_pipeline.ingest import batches as ingest
+from difftune_pipeline.warehouse import queries
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -49,9 +50,11 @@ def main() -> None:
         t1 = time.perf_counter()
         again = ingest.ingest_measurements(src, "haswell", db, engine)
         reingest = time.perf_counter() - t1
-        blocks = store.query("SELECT count(*) FROM blocks", db).item()
-    print(f"rows read {summary.n_read}, ingested {summary.n_ingested}, quarantined {summary.n_quarantined}, "
-          f"blocks {blocks}, splits {splits}")
+        blocks = queries.row_count(db, "blocks")
+    print(
+        f"rows read {summary.n_read}, ingested {summary.n_ingested}, quarantined {summary.n_quarantined}, "
+        f"blocks {blocks}, splits {splits}"
+    )
     print(f"ingest + splits: {elapsed:.1f} s = {summary.n_read / elapsed:,.0f} rows/s (target: <= 60 s)")
     print(f"re-ingest of the same file: {reingest:.2f} s, already ingested: {again.already_ingested}")
 

@@ -27,9 +27,22 @@ PAGES = {
 
 
 def screenshot(browser: str, url: str, path: Path, wait_ms: int) -> None:
-    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--window-size=1600,1000", f"--virtual-time-budget={wait_ms}", f"--screenshot={path}", url],
-                   check=True, capture_output=True, timeout=180)
+    subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1600,1000",
+            f"--virtual-time-budget={wait_ms}",
+            f"--screenshot={path}",
+            url,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
     if not path.exists() or path.stat().st_size < 10_000:
         raise RuntimeError(f"no usable screenshot of {url} at {path}")
 

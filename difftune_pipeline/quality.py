@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from difftune_pipeline import store
 from difftune_pipeline.engine import Engine
 
 # Sanity bounds for a measurement batch. A BHive block sustains at most ~4.4
@@ -29,37 +28,37 @@ class Verdict:
     metadata: dict = field(default_factory=dict)
 
 
-def measurement_sanity(db, batch_ids: list[str]) -> Verdict:
-    """Each batch: few rows quarantined, and throughputs a real core can reach."""
+def measurement_sanity(rows: pl.DataFrame, batch_ids: list[str]) -> Verdict:
+    """Each batch: few rows quarantined, and throughputs a real core can reach.
+    ``rows``: per batch, rows read, ingested, quarantined and above ``MAX_IPC``
+    instructions per cycle (``queries.batch_sanity``)."""
     if not batch_ids:
         return Verdict(True, "no measurement batches to check")
-    rows = store.query(
-        f"""
-        SELECT b.batch_id, b.source_file, b.n_read, b.n_ingested, b.n_quarantined,
-               count(m.block_id) FILTER (WHERE 100.0 * bl.n_insts / m.cycles_per_100 > {MAX_IPC}) AS n_implausible
-        FROM batches b
-        LEFT JOIN measurements m USING (batch_id)
-        LEFT JOIN blocks bl ON bl.block_id = m.block_id
-        WHERE b.batch_id IN (SELECT unnest(?))
-        GROUP BY ALL ORDER BY b.batch_id
-        """, db, [batch_ids])
     rows = rows.with_columns(
         (pl.col("n_quarantined") / pl.col("n_read").clip(lower_bound=1)).alias("quarantined_fraction"),
-        (pl.col("n_implausible") / pl.col("n_ingested").clip(lower_bound=1)).alias("implausible_fraction"))
+        (pl.col("n_implausible") / pl.col("n_ingested").clip(lower_bound=1)).alias("implausible_fraction"),
+    )
     problems = []
     for r in rows.iter_rows(named=True):
         if r["n_ingested"] == 0:
             problems.append(f"{r['source_file']}: no row became a measurement")
         if r["quarantined_fraction"] > MAX_QUARANTINED_FRACTION:
-            problems.append(f"{r['source_file']}: {100 * r['quarantined_fraction']:.1f}% of rows quarantined "
-                            f"(limit {100 * MAX_QUARANTINED_FRACTION:g}%)")
+            problems.append(
+                f"{r['source_file']}: {100 * r['quarantined_fraction']:.1f}% of rows quarantined "
+                f"(limit {100 * MAX_QUARANTINED_FRACTION:g}%)"
+            )
         if r["implausible_fraction"] > MAX_IMPLAUSIBLE_FRACTION:
-            problems.append(f"{r['source_file']}: {100 * r['implausible_fraction']:.1f}% of blocks above {MAX_IPC:g} "
-                            "instructions per cycle: is the unit cycles per 100 iterations?")
+            problems.append(
+                f"{r['source_file']}: {100 * r['implausible_fraction']:.1f}% of blocks above {MAX_IPC:g} "
+                "instructions per cycle: is the unit cycles per 100 iterations?"
+            )
     missing = set(batch_ids) - set(rows["batch_id"])
     problems += [f"batch {b} is not in the warehouse" for b in sorted(missing)]
-    return Verdict(not problems, "; ".join(problems) or f"{rows.height} batch(es) sane",
-                   {"batches": rows.drop("source_file").to_dicts()})
+    return Verdict(
+        not problems,
+        "; ".join(problems) or f"{rows.height} batch(es) sane",
+        {"batches": rows.drop("source_file").to_dicts()},
+    )
 
 
 def engine_exactness(engine: Engine, hexes: list[str], reference) -> Verdict:
@@ -74,19 +73,30 @@ def engine_exactness(engine: Engine, hexes: list[str], reference) -> Verdict:
     if not compared:
         return Verdict(False, f"the llvm-mca binary gave no result on {len(blocks)} blocks")
     differ = sum(a != b for a, b in compared)
-    return Verdict(differ == 0, f"{len(compared) - differ}/{len(compared)} blocks equal to the llvm-mca binary",
-                   {"compared": len(compared), "different": differ, "binary_failed": len(blocks) - len(compared)})
+    return Verdict(
+        differ == 0,
+        f"{len(compared) - differ}/{len(compared)} blocks equal to the llvm-mca binary",
+        {"compared": len(compared), "different": differ, "binary_failed": len(blocks) - len(compared)},
+    )
 
 
 def surrogate_fidelity(heldout_mape: float, max_mape: float) -> Verdict:
     ok = heldout_mape == heldout_mape and heldout_mape <= max_mape  # NaN fails
-    return Verdict(ok, f"held-out MAPE against the engine {100 * heldout_mape:.2f}% "
-                       f"({'within' if ok else 'above'} the {100 * max_mape:g}% limit)",
-                   {"heldout_mape_pct": round(100 * heldout_mape, 2), "limit_pct": 100 * max_mape})
+    return Verdict(
+        ok,
+        f"held-out MAPE against the engine {100 * heldout_mape:.2f}% "
+        f"({'within' if ok else 'above'} the {100 * max_mape:g}% limit)",
+        {"heldout_mape_pct": round(100 * heldout_mape, 2), "limit_pct": 100 * max_mape},
+    )
 
 
 def no_worse_than_default(default_val_mape: float, learned_val_mape: float) -> Verdict:
     ok = learned_val_mape <= default_val_mape + 1e-12
-    return Verdict(ok, f"val MAPE learned {100 * learned_val_mape:.2f}% vs default {100 * default_val_mape:.2f}%",
-                   {"default_val_mape_pct": round(100 * default_val_mape, 2),
-                    "learned_val_mape_pct": round(100 * learned_val_mape, 2)})
+    return Verdict(
+        ok,
+        f"val MAPE learned {100 * learned_val_mape:.2f}% vs default {100 * default_val_mape:.2f}%",
+        {
+            "default_val_mape_pct": round(100 * default_val_mape, 2),
+            "learned_val_mape_pct": round(100 * learned_val_mape, 2),
+        },
+    )

@@ -16,8 +16,10 @@ import urllib.request
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[1]
-LOCATION_QUERY = ('{ workspaceOrError { __typename ... on Workspace { locationEntries { name '
-                  'locationOrLoadError { __typename ... on PythonError { message } } } } } }')
+LOCATION_QUERY = (
+    "{ workspaceOrError { __typename ... on Workspace { locationEntries { name "
+    "locationOrLoadError { __typename ... on PythonError { message } } } } } }"
+)
 
 
 def free_port() -> int:
@@ -43,21 +45,28 @@ def start(host: str = "127.0.0.1", port: int = 3000, log=None) -> subprocess.Pop
     home.mkdir(parents=True, exist_ok=True)
     if not (home / "dagster.yaml").exists():
         shutil.copy(PROJECT / "dagster_instance.yaml", home / "dagster.yaml")
-    return subprocess.Popen(command(host, port), cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    return subprocess.Popen(
+        command(host, port), cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
 
 
 def location_status(url: str) -> dict[str, str]:
     """Code location name -> its state (``RepositoryLocation`` when loaded)."""
-    request = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": LOCATION_QUERY}).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{url}/graphql",
+        data=json.dumps({"query": LOCATION_QUERY}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         data = json.load(response)["data"]["workspaceOrError"]
     out = {}
     for entry in data.get("locationEntries", []):
         state = entry["locationOrLoadError"]
-        out[entry["name"]] = "loading" if state is None else (
-            state["__typename"] if state["__typename"] != "PythonError" else "error: " + state["message"])
+        out[entry["name"]] = (
+            "loading"
+            if state is None
+            else (state["__typename"] if state["__typename"] != "PythonError" else "error: " + state["message"])
+        )
     return out
 
 

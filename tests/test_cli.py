@@ -42,8 +42,11 @@ def test_simulate_asm_file_and_params_round_trip(tmp_path):
     assert result.exit_code == 0, result.output
     default = _json(["simulate", "--asm", str(asm), "--json"])
     exported = _json(["simulate", "--asm", str(asm), "--params", str(params), "--json"])
-    assert default["results"][0]["cycles"] == exported["results"][0]["cycles"] == llvm_mca_cycles(
-        ["imulq %rax, %rax", "addq %rax, %rbx"], "haswell")
+    assert (
+        default["results"][0]["cycles"]
+        == exported["results"][0]["cycles"]
+        == llvm_mca_cycles(["imulq %rax, %rax", "addq %rax, %rbx"], "haswell")
+    )
     table = json.loads(params.read_text())
     table["opcodes"]["IMUL64rr"]["latency"] = [10]
     params.write_text(json.dumps(table))
@@ -63,7 +66,7 @@ def test_simulate_refuses_an_invalid_table(tmp_path):
 
 
 def test_sql_reads_and_cannot_write(cli_env, haswell):
-    from difftune_pipeline import ingest
+    from difftune_pipeline.ingest import batches as ingest
 
     csv = cli_env / "m.csv"
     csv.write_text("4801d8,100\n")
@@ -90,12 +93,12 @@ def test_evaluate_reports_the_same_keys_as_simulate(tmp_path):
 
 
 def test_params_export_of_stored_tables(cli_env, haswell):
-    from difftune_pipeline import store
+    from difftune_pipeline.warehouse import queries, writer
 
     table = haswell.default_table()
     table.rows["IMUL64rr"]["latency"] = [9]
-    with store.writer(cli_env / "w.duckdb") as con:
-        store.save_table(con, "learned-test", table, kind="learned")
+    with writer(cli_env / "w.duckdb") as con:
+        queries.save_table(con, "learned-test", table, kind="learned")
     out = cli_env / "t.json"
     for name in ("learned-test", "learned"):
         result = runner.invoke(app, ["params", "export", "--table", name, "--out", str(out)])
@@ -119,8 +122,12 @@ def test_params_import_and_diff(cli_env, tmp_path):
     for ref in ("hand-tuned", str(params)):
         out = runner.invoke(app, ["params", "diff", ref, "--csv"])
         assert out.exit_code == 0, out.output
-        assert out.stdout.splitlines() == ["opcode,param,idx,base,value,delta", "*,dispatch_width,0,4,6,2",
-                                           "ADD64rr,port:HWPort0156,0,1,2,1", "IMUL64rr,latency,0,3,7,4"]
+        assert out.stdout.splitlines() == [
+            "opcode,param,idx,base,value,delta",
+            "*,dispatch_width,0,4,6,2",
+            "ADD64rr,port:HWPort0156,0,1,2,1",
+            "IMUL64rr,latency,0,3,7,4",
+        ]
     shown = runner.invoke(app, ["params", "diff", "hand-tuned"])
     assert shown.exit_code == 0 and "3 parameters differ" in shown.output
     table["opcodes"]["IMUL64rr"]["uops"] = 0  # the engine refuses it: nothing is stored
@@ -131,7 +138,7 @@ def test_params_import_and_diff(cli_env, tmp_path):
 
 
 def test_report_needs_a_learned_table(cli_env, haswell):
-    from difftune_pipeline import ingest
+    from difftune_pipeline.ingest import batches as ingest
 
     result = runner.invoke(app, ["report", "--out", str(cli_env / "r.html")])
     assert result.exit_code == 2 and "no warehouse" in result.output

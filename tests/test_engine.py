@@ -99,7 +99,9 @@ def test_read_advance(haswell):
     row = haswell.default_table().rows["ADD64rm"]
     assert any(c == 5 for _, _, c in row["read_advance"])
     base = _cycles(haswell, chain)
-    none = _cycles(haswell, chain, _edit(haswell, ADD64rm={"read_advance": [[u, w, 0] for u, w, _ in row["read_advance"]]}))
+    none = _cycles(
+        haswell, chain, _edit(haswell, ADD64rm={"read_advance": [[u, w, 0] for u, w, _ in row["read_advance"]]})
+    )
     assert none > base + 4 * 100 * 4
 
 
@@ -146,9 +148,16 @@ def test_variant_resolutions_are_separate_rows(haswell):
     assert _cycles(haswell, chain_normal, slow_zero) == _cycles(haswell, chain_normal)
 
 
-@pytest.mark.parametrize("hex_,reason", [
-    ("abc", "odd number"), ("zz", "non-hex"), ("", "empty"), ("0fff", "undecodable"), ("06", "undecodable"),
-])
+@pytest.mark.parametrize(
+    "hex_,reason",
+    [
+        ("abc", "odd number"),
+        ("zz", "non-hex"),
+        ("", "empty"),
+        ("0fff", "undecodable"),
+        ("06", "undecodable"),
+    ],
+)
 def test_bad_blocks_fail_alone(haswell, hex_, reason):
     good = haswell.disassemble("4801d8")
     bad = haswell.disassemble(hex_)
@@ -171,14 +180,17 @@ def test_bad_assembly_text(haswell):
     assert not block.ok and "line 1" in block.error
 
 
-@pytest.mark.parametrize("changes,message", [
-    ({"IMUL64rr": {"latency": [5000]}}, "opcode 'IMUL64rr': latency[0] = 5000 is outside"),
-    ({"IMUL64rr": {"uops": -1}}, "opcode 'IMUL64rr': uops = -1"),
-    ({"IMUL64rr": {"uops": 0}}, "opcode 'IMUL64rr': uops = 0 while the port map"),
-    ({"IMUL64rr": {"ports": {"HWPort9": 1}}}, "no processor resource 'HWPort9'"),
-    ({"IMUL64rr": {"ports": {"HWPort1": 2000}}}, "ports.HWPort1 = 2000"),
-    ({"IMUL64rr": {"read_advance": [[0, 0, 5000]]}}, "read_advance[0] = 5000"),
-])
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        ({"IMUL64rr": {"latency": [5000]}}, "opcode 'IMUL64rr': latency[0] = 5000 is outside"),
+        ({"IMUL64rr": {"uops": -1}}, "opcode 'IMUL64rr': uops = -1"),
+        ({"IMUL64rr": {"uops": 0}}, "opcode 'IMUL64rr': uops = 0 while the port map"),
+        ({"IMUL64rr": {"ports": {"HWPort9": 1}}}, "no processor resource 'HWPort9'"),
+        ({"IMUL64rr": {"ports": {"HWPort1": 2000}}}, "ports.HWPort1 = 2000"),
+        ({"IMUL64rr": {"read_advance": [[0, 0, 5000]]}}, "read_advance[0] = 5000"),
+    ],
+)
 def test_invalid_tables_are_refused_naming_opcode_and_parameter(haswell, changes, message):
     with pytest.raises(InvalidTable, match=message.replace("[", r"\[").replace("]", r"\]")):
         haswell.compile(_edit(haswell, **changes))
@@ -232,8 +244,10 @@ def test_fast_forward_is_opt_in_and_close(haswell, sample_rows):
     assert np.mean(full == fast) >= 0.98
     assert np.max(np.abs(fast - full) / full) < 0.1
     chain = [haswell.parse_asm(CHAIN_IMUL)]
-    assert haswell.simulate(chain, iterations=1000, fast_forward=True).cycles[0] == \
-        haswell.simulate(chain, iterations=1000).cycles[0]
+    assert (
+        haswell.simulate(chain, iterations=1000, fast_forward=True).cycles[0]
+        == haswell.simulate(chain, iterations=1000).cycles[0]
+    )
 
 
 def test_partially_overlapping_port_groups_are_refused(haswell):

@@ -2,31 +2,34 @@
 dependency graph, the analytic bounds (close to the engine), and the table."""
 
 import numpy as np
+import torch
 
-from difftune_pipeline.features import block_features, containment, dependencies, features_frame, latency_bounds
+from difftune_pipeline.model.features import block_features, containment, features_frame
+from difftune_pipeline.model.graph import BlockGraphs, dependencies, latency_bounds
 
 
 def test_operands_come_from_llvm(haswell):
     block = haswell.parse_asm("movq (%rdi,%rcx,8), %rax\naddl %eax, %ebx\nxorl %edx, %edx\npopq %rsi\n")
     ops = block.operands
     assert ops[0]["reads"] == ["RCX", "RDI"] and ops[0]["writes"] == ["RAX"] and ops[0]["may_load"]
-    assert ops[1]["reads"] == ["RAX", "RBX"] and "EFLAGS" in ops[1]["writes"]   # widened to the full register
-    assert ops[2]["dependency_breaking"] and ops[2]["reads"] == []               # zero idiom
+    assert ops[1]["reads"] == ["RAX", "RBX"] and "EFLAGS" in ops[1]["writes"]  # widened to the full register
+    assert ops[2]["dependency_breaking"] and ops[2]["reads"] == []  # zero idiom
     assert ops[3]["reads"] == ["RSP"] and set(ops[3]["writes"]) == {"RSI", "RSP"}  # implicit stack pointer
 
 
 def test_dependencies_registers_and_memory(haswell):
     block = haswell.parse_asm("movq %rax, 8(%rsp)\nmovq 8(%rsp), %rbx\naddq %rbx, %rax\n")
     edges = {(e.src, e.dst, e.distance, e.kind) for e in dependencies(block.operands)}
-    assert (0, 1, 0, "memory") in edges               # store -> load through the same address
-    assert (1, 2, 0, "register") in edges             # rbx
-    assert (2, 0, 1, "register") in edges             # rax, carried to the next iteration
+    assert (0, 1, 0, "memory") in edges  # store -> load through the same address
+    assert (1, 2, 0, "register") in edges  # rbx
+    assert (2, 0, 1, "register") in edges  # rax, carried to the next iteration
 
 
 def test_latency_bound_of_a_carried_chain(haswell):
     block = haswell.parse_asm("imulq %rax, %rax\nimulq %rax, %rax\n")
-    chain, carried = latency_bounds(2, dependencies(block.operands), np.array([3.0, 3.0]), np.zeros(2))
-    assert chain == 6 and carried == 6
+    graphs = BlockGraphs.build([dependencies(block.operands)], [2])
+    chain, carried = latency_bounds(torch.tensor([[3.0, 3.0]]), torch.zeros(1, 2), graphs.select([0]))
+    assert chain.tolist() == [6.0] and carried.tolist() == [6.0]
 
 
 def test_features_and_bounds_track_the_engine(haswell, sample_rows):
@@ -35,11 +38,12 @@ def test_features_and_bounds_track_the_engine(haswell, sample_rows):
     frame = features_frame([str(i) for i in range(len(blocks))], blocks, table, haswell.resources())
     assert frame.height == len(blocks) and frame["n_insts"].to_list() == [len(b) for b in blocks]
     assert set(frame["bottleneck"]) <= {"port_pressure", "dispatch", "loop_carried_latency"}
-    bound = 100 * np.maximum.reduce([frame[c].to_numpy() for c in
-                                     ("port_pressure_cycles", "dispatch_cycles", "loop_carried_cycles")])
+    bound = 100 * np.maximum.reduce(
+        [frame[c].to_numpy() for c in ("port_pressure_cycles", "dispatch_cycles", "loop_carried_cycles")]
+    )
     engine = haswell.simulate(blocks, table).cycles
     assert np.mean(np.abs(bound - engine) / engine) < 0.15  # llvm-mca is mostly these three bounds
-    assert np.all(bound <= engine * 1.05)                   # and they are lower bounds
+    assert np.all(bound <= engine * 1.05)  # and they are lower bounds
 
 
 def test_port_pressure_spreads_groups_over_their_units(haswell):

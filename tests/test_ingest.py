@@ -3,8 +3,10 @@
 import pytest
 
 from conftest import SAMPLE
-from difftune_pipeline import ingest, store
-from difftune_pipeline.blocks import block_id, split_of
+from difftune_pipeline.ingest import batches as ingest
+from difftune_pipeline.ingest.blocks import block_id, split_of
+from difftune_pipeline.warehouse import connection as store
+from difftune_pipeline.warehouse import queries, schema
 
 GOOD = "4801d8,100.0\n4883c0014839d875f7,250\n"
 BAD_LINES = {
@@ -35,13 +37,18 @@ def test_good_and_bad_rows_are_all_accounted_for(haswell, warehouse, tmp_path):
         matching = [r for k, r in reasons.items() if k.split(",")[0] == raw.split(",")[0] and reason in r]
         assert matching, (raw, reasons)
     assert _count(warehouse, "SELECT count(*) FROM measurements") == 2
-    assert _count(warehouse, "SELECT cycles_per_100 FROM measurements WHERE block_id = ?".replace("?", f"'{block_id('4801d8')}'")) == 100.0
+    assert (
+        _count(
+            warehouse,
+            "SELECT cycles_per_100 FROM measurements WHERE block_id = ?".replace("?", f"'{block_id('4801d8')}'"),
+        )
+        == 100.0
+    )
     # An undecodable block is kept, quarantined, in blocks too.
     assert _count(warehouse, "SELECT reason FROM blocks WHERE hex = '0fff'").startswith("undecodable")
 
 
 def test_repeated_measurements_are_kept_and_corpus_duplicates_quarantined(haswell, warehouse, tmp_path):
-    from difftune_pipeline import datasets
 
     path = tmp_path / "repeats.csv"
     path.write_text("4801d8,100\n4801D8,100\n4801d8,130\n")
@@ -49,7 +56,7 @@ def test_repeated_measurements_are_kept_and_corpus_duplicates_quarantined(haswel
     assert (summary.n_ingested, summary.n_quarantined) == (3, 0)
     ingest.assign_splits(warehouse)
     split = store.query("SELECT split FROM splits", warehouse).item()
-    assert datasets.measured_blocks(warehouse, "haswell", [split])["cycles_per_100"].to_list() == [110.0]
+    assert queries.measured_blocks(warehouse, "haswell", [split])["cycles_per_100"].to_list() == [110.0]
     corpus = tmp_path / "app.csv"
     corpus.write_text("4801d8,1\n4801D8,1\n4801d8,2\n")
     ingest.ingest_corpus(corpus, warehouse, haswell)
@@ -111,7 +118,12 @@ def test_queries_cannot_write(haswell, warehouse, tmp_path):
     path = tmp_path / "a.csv"
     path.write_text(GOOD)
     ingest.ingest_measurements(path, "haswell", warehouse, haswell)
-    for sql in ("DELETE FROM blocks", "DROP TABLE blocks", "CREATE TABLE x (a INT)", "INSERT INTO splits VALUES ('a', 'b')"):
+    for sql in (
+        "DELETE FROM blocks",
+        "DROP TABLE blocks",
+        "CREATE TABLE x (a INT)",
+        "INSERT INTO splits VALUES ('a', 'b')",
+    ):
         with pytest.raises(Exception, match="read-only"):
             store.query(sql, warehouse)
     assert _count(warehouse, "SELECT count(*) FROM blocks") == 2
@@ -119,7 +131,7 @@ def test_queries_cannot_write(haswell, warehouse, tmp_path):
 
 def test_schema_migrations_are_recorded(warehouse):
     con = store.connect(warehouse)
-    assert store.schema_version(con) == len(store.MIGRATIONS)
-    store.migrate(con)  # a second run changes nothing
-    assert store.scalar(con, "SELECT count(*) FROM schema_version") == len(store.MIGRATIONS)
+    assert schema.schema_version(con) == len(schema.MIGRATIONS)
+    schema.migrate(con)  # a second run changes nothing
+    assert store.scalar(con, "SELECT count(*) FROM schema_version") == len(schema.MIGRATIONS)
     con.close()

@@ -10,11 +10,13 @@ import dagster as dg
 import pytest
 
 from conftest import SAMPLE
-from difftune_pipeline import inbox, quality, store
+from difftune_pipeline import quality
 from difftune_pipeline.definitions import defs
 from difftune_pipeline.defs.inbox import BATCHES, inbox_sensor, measurement_batches
 from difftune_pipeline.defs.resources import EngineResource, Inbox, Warehouse
 from difftune_pipeline.engine.reference import llvm_mca_many
+from difftune_pipeline.ingest import inbox
+from difftune_pipeline.warehouse import connection as store
 
 ROWS = (SAMPLE / "bhive_hsw_sample.csv").read_text().splitlines()
 
@@ -38,9 +40,9 @@ def test_sensor_new_file_once_and_never_half(tmp_path):
     instance = dg.DagsterInstance.ephemeral()
     assert isinstance(_sensor(instance, box), dg.SkipReason)  # no inbox yet: nothing, no crash
     path = _drop(box / "haswell", "batch1.csv", ROWS[:50])
-    _drop(box / "haswell", "batch2.csv.part", ROWS[50:60])          # a copy in flight
-    _drop(box / "haswell", "batch3.csv", ROWS[60:70], age=0)         # still being written
-    _drop(box, "loose.csv", ROWS[70:80])                            # µarch unknown
+    _drop(box / "haswell", "batch2.csv.part", ROWS[50:60])  # a copy in flight
+    _drop(box / "haswell", "batch3.csv", ROWS[60:70], age=0)  # still being written
+    _drop(box, "loose.csv", ROWS[70:80])  # µarch unknown
     result = _sensor(instance, box)
     assert isinstance(result, dg.SensorResult)
     key = inbox.InboxFile(path, "haswell", "cycles_per_100").partition_key
@@ -59,10 +61,14 @@ def test_sensor_new_file_once_and_never_half(tmp_path):
 def _ingest_batch(instance, box, warehouse, path):
     key = inbox.InboxFile(path, "haswell", inbox.unit_of(path)).partition_key
     instance.add_dynamic_partitions(BATCHES.name, [key])
-    resources = {"warehouse": Warehouse(path=str(warehouse)), "engine": EngineResource(mcpu="haswell"),
-                 "inbox": Inbox(path=str(box))}
-    result = dg.materialize([measurement_batches], resources=resources, instance=instance, partition_key=key,
-                            raise_on_error=False)
+    resources = {
+        "warehouse": Warehouse(path=str(warehouse)),
+        "engine": EngineResource(mcpu="haswell"),
+        "inbox": Inbox(path=str(box)),
+    }
+    result = dg.materialize(
+        [measurement_batches], resources=resources, instance=instance, partition_key=key, raise_on_error=False
+    )
     return key, result
 
 

@@ -4,8 +4,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from difftune_pipeline.evaluate import kendall_tau, mape, metrics_by_slice, slices
-from difftune_pipeline.params import PRESETS, ParamSpace
+from difftune_pipeline.model.metrics import kendall_tau, mape, metrics_by_slice, slices
+from difftune_pipeline.model.params import PRESETS, ParamSpace
 
 
 @pytest.fixture(scope="module")
@@ -13,7 +13,7 @@ def space_and_default(haswell, sample_rows):
     blocks = haswell.disassemble_many([h for h, _ in sample_rows[:300]])
     default = haswell.default_table(blocks)
     keys = {k for b in blocks for k in b.row_keys if k in default.rows}
-    return ParamSpace.create(keys, haswell.resources()), default, blocks
+    return ParamSpace.create(keys, haswell), default, blocks
 
 
 def test_encode_decode_round_trip(space_and_default):
@@ -63,8 +63,9 @@ def test_unknown_preset(space_and_default):
 def test_metrics_and_slices():
     assert mape([110, 90], [100, 100]) == pytest.approx(0.1)
     assert kendall_tau([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
-    blocks = pl.DataFrame({"block_id": ["a", "b", "c"], "n_insts": [2, 7, 25],
-                           "asm": ["addq %rax, %rbx", "movq (%rdi), %rax", "nop"]})
+    blocks = pl.DataFrame(
+        {"block_id": ["a", "b", "c"], "n_insts": [2, 7, 25], "asm": ["addq %rax, %rbx", "movq (%rdi), %rax", "nop"]}
+    )
     sources = pl.DataFrame({"block_id": ["a", "b"], "app": ["tensorflow", "openblas-dgemm.goto"]})
     member = slices(blocks, sources)
     by_block = {b: set(member.filter(pl.col("block_id") == b)["slice"]) for b in "abc"}

@@ -4,8 +4,7 @@ error, a budget that holds, train error that only falls, val selection."""
 import numpy as np
 
 from difftune_pipeline.engine import InvalidTable
-
-from difftune_pipeline.search import Search, SearchConfig, gradient_proposer, moves, search
+from difftune_pipeline.tuners.search import Search, SearchConfig, gradient_proposer, moves, search
 
 
 def test_moves_are_valid_rows_or_refused_overlaps(haswell):
@@ -40,8 +39,9 @@ def test_search_lowers_train_error_within_its_budget(haswell, sample_rows):
     too_slow = state.directed("MOV64rm", state.changes["MOV64rm"])
     assert too_slow and all(d < 0 for c, d, _ in too_slow if c == "latency")
     calls = []
-    best, history = search(haswell, blocks, measured, default, lambda t: calls.append(t) or 0.0, config, start=worse,
-                           log=lambda *_: None)
+    best, history = search(
+        haswell, blocks, measured, default, lambda t: calls.append(t) or 0.0, config, start=worse, log=lambda *_: None
+    )
     assert history[-1]["simulations"] <= config.budget
     assert history[-1]["train_mape"] < start_error
     assert [h["train_mape"] for h in history] == sorted((h["train_mape"] for h in history), reverse=True)

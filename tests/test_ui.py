@@ -16,14 +16,17 @@ import pytest
 from difftune_pipeline import ui
 
 ROOT = Path(__file__).resolve().parents[1]
-QUERY = ('{ assetNodes { assetKey { path } groupName description } '
-         'repositoriesOrError { ... on RepositoryConnection { nodes { sensors { name sensorState { status } } '
-         'schedules { name scheduleState { status } } } } } }')
+QUERY = (
+    "{ assetNodes { assetKey { path } groupName description } "
+    "repositoriesOrError { ... on RepositoryConnection { nodes { sensors { name sensorState { status } } "
+    "schedules { name scheduleState { status } } } } } }"
+)
 
 
 def _graphql(url: str, query: str) -> dict:
-    request = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": query}).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{url}/graphql", data=json.dumps({"query": query}).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.load(response)["data"]
 
@@ -32,8 +35,15 @@ def test_ui_command_serves_the_pipeline(tmp_path):
     port = ui.free_port()
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "DIFFTUNE_WAREHOUSE": str(tmp_path / "w.duckdb")}
     cli = Path(sys.executable).parent / "difftune"
-    process = subprocess.Popen([str(cli), "ui", "--port", str(port)], env=env, cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        [str(cli), "ui", "--port", str(port)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     said = []
     try:
@@ -53,8 +63,11 @@ def test_ui_command_serves_the_pipeline(tmp_path):
     repo = data["repositoriesOrError"]["nodes"][0]
     assert {"inbox_sensor", "retune_automation"} <= {s["name"] for s in repo["sensors"]}
     assert {s["name"] for s in repo["schedules"]} == {"nightly_retune"}
-    running = {s["name"] for s in repo["sensors"] + repo["schedules"]
-               if (s.get("sensorState") or s.get("scheduleState"))["status"] == "RUNNING"}
+    running = {
+        s["name"]
+        for s in repo["sensors"] + repo["schedules"]
+        if (s.get("sensorState") or s.get("scheduleState"))["status"] == "RUNNING"
+    }
     assert running == {"inbox_sensor", "retune_automation", "nightly_retune"}  # all on without a click
     assert "the pipeline is loaded" in output
     assert (tmp_path / "home" / "dagster.yaml").exists()
@@ -64,8 +77,20 @@ def test_ui_command_serves_the_pipeline(tmp_path):
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
 def test_screenshots_of_the_asset_graph_and_evaluation(tmp_path):
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "DIFFTUNE_WAREHOUSE": str(tmp_path / "w.duckdb")}
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "ui_screenshots.py"), "--out", str(tmp_path / "shots"),
-                          "--wait-ms", "8000"], env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "ui_screenshots.py"),
+            "--out",
+            str(tmp_path / "shots"),
+            "--wait-ms",
+            "8000",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     paths = [Path(line.split(": ", 1)[1]) for line in out.stdout.splitlines() if line.endswith(".png")]
     assert {p.name for p in paths} >= {"asset_graph.png", "evaluation_asset.png"}

@@ -3,21 +3,34 @@ batch and requests its ingestion; automation conditions re-tune what depends on 
 
 import dagster as dg
 
-from difftune_pipeline import inbox as inbox_files
-from difftune_pipeline import ingest, quality
 from difftune_pipeline.defs.ingest import GROUP, WRITER_POOL, batch_metadata
-from difftune_pipeline.defs.metadata import row_count
+from difftune_pipeline.defs.metadata import check_result, row_count
 from difftune_pipeline.defs.resources import EngineResource, Inbox, Warehouse
+from difftune_pipeline.ingest import batches as ingest
+from difftune_pipeline.ingest import inbox as inbox_files
+from difftune_pipeline.stages.checks import measurement_sanity
+from difftune_pipeline.warehouse import queries
 
 BATCHES = dg.DynamicPartitionsDefinition(name="measurement_batches")
 SANITY = "measurement_sanity"
 
 
-@dg.asset(group_name=GROUP, partitions_def=BATCHES, pool=WRITER_POOL, kinds={"duckdb"},
-          check_specs=[dg.AssetCheckSpec(SANITY, asset="measurement_batches", blocking=True, partitions_def=BATCHES,
-                                         description="Few rows quarantined; throughputs a real core can reach")])
-def measurement_batches(context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource,
-                        inbox: Inbox):
+@dg.asset(
+    group_name=GROUP,
+    partitions_def=BATCHES,
+    pool=WRITER_POOL,
+    kinds={"duckdb"},
+    check_specs=[
+        dg.AssetCheckSpec(
+            SANITY,
+            asset="measurement_batches",
+            blocking=True,
+            partitions_def=BATCHES,
+            description="Few rows quarantined; throughputs a real core can reach",
+        )
+    ],
+)
+def measurement_batches(context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, inbox: Inbox):
     """One batch dropped into the inbox (``<inbox>/<mcpu>/<name>.csv``), ingested
     into ``measurements``; its bad rows go to ``quarantine``. The partition key is
     ``<mcpu>-<batch id>``: the hash of the file's bytes."""
@@ -27,15 +40,14 @@ def measurement_batches(context: dg.AssetExecutionContext, warehouse: Warehouse,
     if found is not None:
         summary = ingest.ingest_measurements(found.path, found.uarch, warehouse.path, engine.get(), found.unit)
         meta = batch_metadata([summary])
-    elif not warehouse.query("SELECT 1 FROM batches WHERE batch_id = ?", [batch_id]).is_empty():
+    elif queries.batch_exists(warehouse.path, batch_id):
         meta = {"already_ingested": True}  # the file was removed after ingestion: nothing is lost
     else:
-        raise dg.Failure(f"batch {key}: no file with these bytes in {inbox.path}/{key.rsplit('-', 1)[0]}/ "
-                         "and not ingested before")
+        raise dg.Failure(
+            f"batch {key}: no file with these bytes in {inbox.path}/{key.rsplit('-', 1)[0]}/ and not ingested before"
+        )
     yield dg.MaterializeResult(metadata={**meta, **row_count(warehouse, "measurements")})
-    verdict = quality.measurement_sanity(warehouse.path, [batch_id])
-    yield dg.AssetCheckResult(check_name=SANITY, passed=verdict.passed, description=verdict.description,
-                              metadata=verdict.metadata)
+    yield check_result(SANITY, measurement_sanity(warehouse.path, [batch_id]))
 
 
 @dg.sensor(target=measurement_batches, minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING)
@@ -54,7 +66,8 @@ def inbox_sensor(context: dg.SensorEvaluationContext, inbox: Inbox):
     for line in waiting:
         context.log.info(line)
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(partition_key=k, run_key=k, tags={"inbox/file": str(item.path)})
-                      for k, item in new.items()],
+        run_requests=[
+            dg.RunRequest(partition_key=k, run_key=k, tags={"inbox/file": str(item.path)}) for k, item in new.items()
+        ],
         dynamic_partitions_requests=[BATCHES.build_add_request(list(new))],
     )

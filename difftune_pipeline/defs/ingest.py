@@ -6,10 +6,12 @@ from __future__ import annotations
 import dagster as dg
 import polars as pl
 
-from difftune_pipeline import ingest, quality
 from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM
-from difftune_pipeline.defs.metadata import markdown, row_count
+from difftune_pipeline.defs.metadata import check_result, markdown, row_count
 from difftune_pipeline.defs.resources import DataSources, EngineResource, Warehouse
+from difftune_pipeline.ingest import batches as ingest
+from difftune_pipeline.stages.checks import measurement_sanity
+from difftune_pipeline.warehouse import queries
 
 GROUP = "ingest"
 WRITER_POOL = "duckdb_writer"
@@ -37,33 +39,49 @@ def block_sources(warehouse: Warehouse, engine: EngineResource, sources: DataSou
     return dg.MaterializeResult(metadata={**batch_metadata(summaries), **row_count(warehouse, "block_sources")})
 
 
-@dg.asset(group_name=GROUP, pool=WRITER_POOL, kinds={"duckdb"},
-          check_specs=[dg.AssetCheckSpec("measurement_sanity", asset="measurements", blocking=True,
-                                         description="Few rows quarantined; throughputs a real core can reach")])
+@dg.asset(
+    group_name=GROUP,
+    pool=WRITER_POOL,
+    kinds={"duckdb"},
+    check_specs=[
+        dg.AssetCheckSpec(
+            "measurement_sanity",
+            asset="measurements",
+            blocking=True,
+            description="Few rows quarantined; throughputs a real core can reach",
+        )
+    ],
+)
 def measurements(warehouse: Warehouse, engine: EngineResource, sources: DataSources):
     """Measured throughputs (BHive's ``hex,cycles per 100 iterations``, one µarch
     per batch) in table ``measurements``. A batch already ingested adds nothing."""
-    summaries = [ingest.ingest_measurements(f.path, f.uarch, warehouse.path, engine.get(), f.unit)
-                 for f in sources.measurement_files]
+    summaries = [
+        ingest.ingest_measurements(f.path, f.uarch, warehouse.path, engine.get(), f.unit)
+        for f in sources.measurement_files
+    ]
     yield dg.MaterializeResult(metadata={**batch_metadata(summaries), **row_count(warehouse, "measurements")})
-    verdict = quality.measurement_sanity(warehouse.path, [s.batch_id for s in summaries])
-    yield dg.AssetCheckResult(check_name="measurement_sanity", passed=verdict.passed,
-                              description=verdict.description, metadata=verdict.metadata)
+    yield check_result("measurement_sanity", measurement_sanity(warehouse.path, [s.batch_id for s in summaries]))
 
 
-@dg.asset(group_name=GROUP, deps=[block_sources, measurements, "measurement_batches"], kinds={"duckdb"},
-          automation_condition=FOLLOWS_UPSTREAM)
+@dg.asset(
+    group_name=GROUP,
+    deps=[block_sources, measurements, "measurement_batches"],
+    kinds={"duckdb"},
+    automation_condition=FOLLOWS_UPSTREAM,
+)
 def blocks(warehouse: Warehouse) -> dg.MaterializeResult:
     """Every distinct block, disassembled by LLVM (opcodes, AT&T text); blocks
     LLVM cannot decode stay, quarantined with the reason."""
-    counts = warehouse.query("SELECT status, count(*) AS n, avg(n_insts) AS mean_insts FROM blocks GROUP BY 1 ORDER BY 1")
+    counts = queries.block_status_counts(warehouse.path)
     by_status = dict(zip(counts["status"].to_list(), counts["n"].to_list()))
-    return dg.MaterializeResult(metadata={
-        "blocks_ok": by_status.get("ok", 0),
-        "blocks_quarantined": by_status.get("quarantined", 0),
-        "by_status": markdown(counts),
-        **row_count(warehouse, "blocks"),
-    })
+    return dg.MaterializeResult(
+        metadata={
+            "blocks_ok": by_status.get("ok", 0),
+            "blocks_quarantined": by_status.get("quarantined", 0),
+            "by_status": markdown(counts),
+            **row_count(warehouse, "blocks"),
+        }
+    )
 
 
 @dg.asset(group_name=GROUP, deps=[blocks], pool=WRITER_POOL, kinds={"duckdb"}, automation_condition=FOLLOWS_UPSTREAM)
@@ -74,16 +92,20 @@ def splits(warehouse: Warehouse) -> dg.MaterializeResult:
     return dg.MaterializeResult(metadata={**{f"n_{k}": v for k, v in counts.items()}, **row_count(warehouse, "splits")})
 
 
-@dg.asset(group_name=GROUP, deps=[block_sources, measurements, "measurement_batches"], kinds={"duckdb"},
-          automation_condition=FOLLOWS_UPSTREAM)
+@dg.asset(
+    group_name=GROUP,
+    deps=[block_sources, measurements, "measurement_batches"],
+    kinds={"duckdb"},
+    automation_condition=FOLLOWS_UPSTREAM,
+)
 def quarantine(warehouse: Warehouse) -> dg.MaterializeResult:
     """Input rows that never became a measurement or a block source, each with a
     reason (table ``quarantine``)."""
-    reasons = warehouse.query(
-        "SELECT regexp_replace(reason, '[0-9]+', 'N', 'g') AS reason, count(*) AS n "
-        "FROM quarantine GROUP BY 1 ORDER BY n DESC LIMIT 20")
-    return dg.MaterializeResult(metadata={
-        "rows": int(reasons["n"].sum()) if not reasons.is_empty() else 0,
-        "top_reasons": markdown(reasons),
-        **row_count(warehouse, "quarantine"),
-    })
+    reasons = queries.quarantine_reasons(warehouse.path)
+    return dg.MaterializeResult(
+        metadata={
+            "rows": int(reasons["n"].sum()) if not reasons.is_empty() else 0,
+            "top_reasons": markdown(reasons),
+            **row_count(warehouse, "quarantine"),
+        }
+    )

@@ -1,19 +1,35 @@
-"""Metadata helpers: tables for the Dagster UI rendered as markdown."""
+"""Translating the core's results for Dagster: tables as markdown, row counts,
+and verdicts as check results."""
 
 from __future__ import annotations
 
 import dagster as dg
 import polars as pl
 
+from difftune_pipeline.quality import Verdict
+from difftune_pipeline.warehouse import queries
+
 
 def markdown(frame: pl.DataFrame) -> dg.MetadataValue:
     if frame.is_empty():
         return dg.MetadataValue.md("_none_")
-    with pl.Config(tbl_formatting="MARKDOWN", tbl_hide_column_data_types=True,
-                   tbl_hide_dataframe_shape=True, tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=200):
+    with pl.Config(
+        tbl_formatting="MARKDOWN",
+        tbl_hide_column_data_types=True,
+        tbl_hide_dataframe_shape=True,
+        tbl_rows=-1,
+        tbl_cols=-1,
+        fmt_str_lengths=200,
+    ):
         return dg.MetadataValue.md(str(frame))
 
 
 def row_count(warehouse, table: str) -> dict:
     """Dagster's standard row-count entry for the warehouse table an asset writes."""
-    return {"dagster/row_count": int(warehouse.query(f"SELECT count(*) AS n FROM {table}")["n"][0])}
+    return {"dagster/row_count": queries.row_count(warehouse.path, table)}
+
+
+def check_result(name: str, verdict: Verdict) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        check_name=name, passed=verdict.passed, description=verdict.description, metadata=verdict.metadata
+    )

@@ -1,28 +1,26 @@
-"""Resources: the warehouse, the engine, and where the input data lives.
+"""Resources: the warehouse, the engine, where the input data lives, the inbox,
+and the settings (a profile of ``difftune_pipeline.config`` with overrides).
 
-Profiles (``DIFFTUNE_PROFILE``): ``sample`` reads the sample bundled in the
-package; ``smoke`` the same sample with tiny DiffTune settings (a quick check of
-the whole graph); ``full`` reads BHive's files from ``DIFFTUNE_DATA_DIR`` (laid
-out as ``ground_truth/bhive_{hsw,ivb,skl}.csv`` and ``bhive_sources/*.csv``).
+Environment: ``DIFFTUNE_PROFILE`` (``sample``: the sample bundled in the
+package; ``smoke``: the same with tiny settings, a quick check of the whole
+graph; ``full``: BHive's files under ``DIFFTUNE_DATA_DIR``), ``DIFFTUNE_SETTINGS``
+(JSON of dotted overrides, e.g. ``{"search.budget": 3000}``), and the shortcuts
+``DIFFTUNE_SURROGATE``, ``DIFFTUNE_TUNER`` and ``DIFFTUNE_SEARCH_HALVING=1``.
 """
 
 from __future__ import annotations
 
 import functools
-from pathlib import Path
+import json
+import os
 
 import dagster as dg
-import polars as pl
 
-from difftune_pipeline import store
+from difftune_pipeline import config
 from difftune_pipeline.engine import Engine
+from difftune_pipeline.warehouse import DEFAULT_PATH
 
-SAMPLE_DIR = Path(__file__).resolve().parents[1] / "data" / "sample"
-DEFAULT_INBOX = store.DEFAULT_PATH.parent / "inbox"
-# µarch -> (file under ground_truth/, unit). AMD Zen+ (nanoBench, AnICA) is modelled by LLVM's znver1.
-FULL_MEASUREMENTS = {"haswell": ("bhive_hsw.csv", "cycles_per_100"), "ivybridge": ("bhive_ivb.csv", "cycles_per_100"),
-                     "skylake": ("bhive_skl.csv", "cycles_per_100"),
-                     "znver1": ("other/anica_nanobench_zenplus_cycles_per_iter.csv", "cycles_per_iteration")}
+DEFAULT_INBOX = DEFAULT_PATH.parent / "inbox"
 
 
 class MeasurementFile(dg.Config):
@@ -42,10 +40,7 @@ class Inbox(dg.ConfigurableResource):
 class Warehouse(dg.ConfigurableResource):
     """The DuckDB warehouse file; writers are short transactions, queries read-only."""
 
-    path: str = str(store.DEFAULT_PATH)
-
-    def query(self, sql: str, params: list | None = None) -> pl.DataFrame:
-        return store.query(sql, self.path, params)
+    path: str = str(DEFAULT_PATH)
 
 
 @functools.cache
@@ -69,98 +64,47 @@ class DataSources(dg.ConfigurableResource):
     corpus_files: list[str]
 
     @classmethod
-    def sample(cls) -> DataSources:
+    def for_profile(cls, profile: str, data_dir: str | None) -> DataSources:
+        measurements, corpus = config.input_files(profile, data_dir)
         return cls(
-            measurement_files=[MeasurementFile(path=str(SAMPLE_DIR / "bhive_hsw_sample.csv"), uarch="haswell")],
-            corpus_files=sorted(str(p) for p in (SAMPLE_DIR / "corpus").glob("*.csv")),
+            measurement_files=[MeasurementFile(path=p, uarch=u, unit=unit) for p, u, unit in measurements],
+            corpus_files=corpus,
         )
 
-    @classmethod
-    def full(cls, data_dir: str) -> DataSources:
-        root = Path(data_dir)
-        files = [MeasurementFile(path=str(root / "ground_truth" / name), uarch=uarch, unit=unit)
-                 for uarch, (name, unit) in FULL_MEASUREMENTS.items() if (root / "ground_truth" / name).exists()]
-        corpus = sorted(str(p) for p in (root / "bhive_sources").glob("*.csv"))
-        if not files:
-            raise FileNotFoundError(f"DIFFTUNE_DATA_DIR={data_dir} holds none of "
-                                    f"ground_truth/{sorted(name for name, _ in FULL_MEASUREMENTS.values())}")
-        return cls(measurement_files=files, corpus_files=corpus)
+
+class DiffTuneSettings(dg.ConfigurableResource):
+    """How much to sample, simulate, train and search: a profile and overrides of
+    its fields (JSON of dotted names). Dagster rebuilds a resource from these two
+    fields in every run, so every run sees the same settings."""
+
+    profile: str = "sample"
+    overrides: str = "{}"
+
+    def get(self) -> config.Settings:
+        return config.settings_for(self.profile, config.parse_overrides(self.overrides))
 
 
-def sources_for_profile(profile: str, data_dir: str | None) -> DataSources:
-    if profile in ("sample", "smoke"):
-        return DataSources.sample()
-    if profile == "full":
-        if not data_dir:
-            raise ValueError("the full profile needs DIFFTUNE_DATA_DIR")
-        return DataSources.full(data_dir)
-    raise ValueError(f"unknown DIFFTUNE_PROFILE {profile!r}: sample, smoke or full")
+def settings_from_env(env=os.environ) -> DiffTuneSettings:
+    overrides = config.parse_overrides(env.get("DIFFTUNE_SETTINGS"))
+    for var, name in (("DIFFTUNE_SURROGATE", "surrogate_model"), ("DIFFTUNE_TUNER", "tuner")):
+        if env.get(var):
+            overrides[name] = env[var]
+    if env.get("DIFFTUNE_SEARCH_HALVING") == "1":
+        overrides["search.halving"] = True
+    settings = DiffTuneSettings(profile=env.get("DIFFTUNE_PROFILE", "sample"), overrides=json.dumps(overrides))
+    settings.get()  # refuse a bad profile or override when the definitions load, not in a run
+    return settings
 
 
 @dg.definitions
 def resources() -> dg.Definitions:
-    import os
-
-    profile = os.environ.get("DIFFTUNE_PROFILE", "sample")
+    settings = settings_from_env()
     return dg.Definitions(
         resources={
-            "warehouse": Warehouse(path=os.environ.get("DIFFTUNE_WAREHOUSE", str(store.DEFAULT_PATH))),
+            "warehouse": Warehouse(path=os.environ.get("DIFFTUNE_WAREHOUSE", str(DEFAULT_PATH))),
             "engine": EngineResource(mcpu=os.environ.get("DIFFTUNE_MCPU", "haswell")),
-            "sources": sources_for_profile(profile, os.environ.get("DIFFTUNE_DATA_DIR")),
-            "settings": DiffTuneSettings.for_profile(profile, **{
-                k: v for k, v in (("surrogate_model", os.environ.get("DIFFTUNE_SURROGATE")),
-                                  ("tuner", os.environ.get("DIFFTUNE_TUNER")),
-                                  ("search_halving", os.environ.get("DIFFTUNE_SEARCH_HALVING") == "1" or None)) if v}),
+            "sources": DataSources.for_profile(settings.profile, os.environ.get("DIFFTUNE_DATA_DIR")),
+            "settings": settings,
             "inbox": Inbox(path=os.environ.get("DIFFTUNE_INBOX", str(DEFAULT_INBOX))),
         }
     )
-
-
-class DiffTuneSettings(dg.ConfigurableResource):
-    """How much to sample, simulate and train (see ``difftune_pipeline.pipeline.Settings``)."""
-
-    presets: list[str] = ["perturb", "difftune"]
-    tables_per_preset: int = 24
-    blocks_per_table: int = 0
-    iterations: int = 100
-    surrogate_model: str = "structured"   # structured | ithemal (DiffTune's LSTM)
-    surrogate_epochs: int = 20            # ithemal
-    surrogate_hidden: int = 64            # ithemal
-    structured_seconds: float = 120.0     # structured: training time
-    tuner: str = "combined"               # surrogate | direct | combined
-    tune_start: str = "default"
-    tune_steps: int = 300
-    tune_lr: float = 0.05
-    search_budget: int = 30_000           # direct/combined: block simulations
-    search_rounds: int = 3
-    search_halving: bool = False          # also try halving values >= 4 (far-off defaults, e.g. znver1)
-    surrogate_max_heldout_mape: float = 0.25  # the surrogate's fidelity check fails above this
-
-    def to_settings(self, shards: int):
-        from difftune_pipeline.pipeline import Settings
-        from difftune_pipeline.search import SearchConfig
-        from difftune_pipeline.structured import StructuredConfig
-        from difftune_pipeline.surrogate import SurrogateConfig
-        from difftune_pipeline.tune import TuneConfig
-
-        return Settings(presets=list(self.presets), tables_per_preset=self.tables_per_preset,
-                        blocks_per_table=self.blocks_per_table, shards=shards, iterations=self.iterations,
-                        surrogate_model=self.surrogate_model,
-                        surrogate=SurrogateConfig(epochs=self.surrogate_epochs, hidden=self.surrogate_hidden),
-                        structured=StructuredConfig(seconds=self.structured_seconds),
-                        tuner=self.tuner, tune=TuneConfig(start=self.tune_start, steps=self.tune_steps, lr=self.tune_lr),
-                        search=SearchConfig(budget=self.search_budget, rounds=self.search_rounds,
-                                            halving=self.search_halving))
-
-    @classmethod
-    def for_profile(cls, profile: str, **overrides) -> DiffTuneSettings:
-        """The settings of a profile, with ``overrides`` (built as one resource:
-        Dagster rebuilds resources from their constructor arguments)."""
-        presets = {
-            "full": dict(tables_per_preset=32, blocks_per_table=3000, surrogate_epochs=12, structured_seconds=300,
-                         tune_steps=400, search_budget=192_000),
-            # the whole graph in about a minute: a check, not a result
-            "smoke": dict(tables_per_preset=2, blocks_per_table=200, surrogate_epochs=1, structured_seconds=5,
-                          tune_steps=10, search_budget=3000, search_rounds=1, surrogate_max_heldout_mape=1.0),
-        }
-        return cls(**{**presets.get(profile, {}), **overrides})

@@ -7,6 +7,10 @@ import dagster as dg
 from difftune_pipeline.defs.automation import RETUNE_CRON
 
 nightly_retune = dg.ScheduleDefinition(
-    name="nightly_retune", cron_schedule=RETUNE_CRON, execution_timezone="UTC",
-    target=dg.AssetSelection.assets("sampled_tables"), default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Full re-tune (cron from DIFFTUNE_RETUNE_CRON, default 02:00 UTC)")
+    name="nightly_retune",
+    cron_schedule=RETUNE_CRON,
+    execution_timezone="UTC",
+    target=dg.AssetSelection.assets("sampled_tables"),
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Full re-tune (cron from DIFFTUNE_RETUNE_CRON, default 02:00 UTC)",
+)

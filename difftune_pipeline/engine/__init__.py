@@ -20,13 +20,25 @@ from difftune_pipeline.engine.table import GLOBALS, ParamTable, canonical_row
 
 LLVM_VERSION: str = _engine.LLVM_VERSION
 LLVM_MCA = Path(_engine.LLVM_BIN_DIR) / "llvm-mca"
+# Valid parameter ranges, name -> (min, max): the engine's own, which compile() enforces.
+LIMITS: dict[str, tuple[int, int]] = dict(_engine.LIMITS)
 InvalidTable = _engine.InvalidTable
 Block = _engine.Block
 DEFAULT_ITERATIONS = 100
 DEFAULT_CYCLE_CAP = 10_000_000
 COMPILED_CACHE = 64  # compiled tables kept (each holds copies of the CPU's scheduling tables)
 
-__all__ = ["Engine", "ParamTable", "SimResult", "InvalidTable", "Block", "LLVM_VERSION", "LLVM_MCA", "default_threads"]
+__all__ = [
+    "LIMITS",
+    "LLVM_MCA",
+    "LLVM_VERSION",
+    "Block",
+    "Engine",
+    "InvalidTable",
+    "ParamTable",
+    "SimResult",
+    "default_threads",
+]
 
 
 def default_threads() -> int:
@@ -73,6 +85,12 @@ class Engine:
     def resources(self) -> list[dict]:
         return self._native.resources()
 
+    def nested_ports(self, ports: list[tuple[str, int]], allowed: list[str]) -> list[tuple[str, int]]:
+        """``ports`` with the cycles of a resource set to 0 where it partially overlaps
+        a resource with more cycles (the rule compile() enforces: MCA can crash on
+        such rows), unless both are in ``allowed`` (LLVM's own row pairs them)."""
+        return [tuple(p) for p in self._native.nested_ports(list(ports), list(allowed))]
+
     def default_table(self, blocks: list[Block] = ()) -> ParamTable:
         """The CPU's table: every opcode, plus the variant resolutions in ``blocks``."""
         rows = {r.pop("key"): canonical_row(r) for r in self._native.default_rows(list(blocks))}
@@ -102,19 +120,41 @@ class Engine:
         return self._compiled[key]
 
     # ---- simulation -------------------------------------------------------
-    def simulate(self, blocks: list[Block], table: ParamTable | None = None, *,
-                 iterations: int = DEFAULT_ITERATIONS, threads: int | None = None,
-                 cycle_cap: int = DEFAULT_CYCLE_CAP, fast_forward: bool = False) -> SimResult:
+    def simulate(
+        self,
+        blocks: list[Block],
+        table: ParamTable | None = None,
+        *,
+        iterations: int = DEFAULT_ITERATIONS,
+        threads: int | None = None,
+        cycle_cap: int = DEFAULT_CYCLE_CAP,
+        fast_forward: bool = False,
+    ) -> SimResult:
         """Every block under one table."""
         n = len(blocks)
-        return self.simulate_pairs(blocks, [table], np.arange(n), np.zeros(n, dtype=np.int64),
-                                   iterations=iterations, threads=threads, cycle_cap=cycle_cap,
-                                   fast_forward=fast_forward)
+        return self.simulate_pairs(
+            blocks,
+            [table],
+            np.arange(n),
+            np.zeros(n, dtype=np.int64),
+            iterations=iterations,
+            threads=threads,
+            cycle_cap=cycle_cap,
+            fast_forward=fast_forward,
+        )
 
-    def simulate_pairs(self, blocks: list[Block], tables: list[ParamTable | None],
-                       block_idx, table_idx, *, iterations: int = DEFAULT_ITERATIONS,
-                       threads: int | None = None, cycle_cap: int = DEFAULT_CYCLE_CAP,
-                       fast_forward: bool = False) -> SimResult:
+    def simulate_pairs(
+        self,
+        blocks: list[Block],
+        tables: list[ParamTable | None],
+        block_idx,
+        table_idx,
+        *,
+        iterations: int = DEFAULT_ITERATIONS,
+        threads: int | None = None,
+        cycle_cap: int = DEFAULT_CYCLE_CAP,
+        fast_forward: bool = False,
+    ) -> SimResult:
         """Pairs (blocks[block_idx[i]], tables[table_idx[i]]). An invalid table
         fails only its own pairs, with the validation message as their status.
 
@@ -135,9 +175,15 @@ class Engine:
         run = np.array([t not in errors for t in table_idx.tolist()], dtype=bool)
         if run.any():  # pairs of invalid tables are not simulated
             got, got_status = self._native.simulate(
-                list(blocks), [c for c in compiled if c is not None],
-                block_idx[run].tolist(), _renumber(table_idx[run], errors).tolist(),
-                iterations, threads or default_threads(), cycle_cap, fast_forward)
+                list(blocks),
+                [c for c in compiled if c is not None],
+                block_idx[run].tolist(),
+                _renumber(table_idx[run], errors).tolist(),
+                iterations,
+                threads or default_threads(),
+                cycle_cap,
+                fast_forward,
+            )
             cycles[run] = got
             for i, st in zip(np.nonzero(run)[0].tolist(), got_status):
                 status[i] = st

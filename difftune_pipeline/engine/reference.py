@@ -14,15 +14,18 @@ def llvm_mca_cycles(asm_lines: list[str], mcpu: str, iterations: int = 100) -> i
     """'Total Cycles' of one block, or None when the binary refuses it."""
     proc = subprocess.run(
         [str(LLVM_MCA), f"-mtriple={TRIPLE}", f"-mcpu={mcpu}", f"-iterations={iterations}"],
-        input="\n".join(asm_lines) + "\n", capture_output=True, text=True, timeout=120)
+        input="\n".join(asm_lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     for line in proc.stdout.splitlines():
         if line.startswith("Total Cycles:"):
             return int(line.split()[2])
     return None
 
 
-def llvm_mca_many(blocks_asm: list[list[str]], mcpu: str, workers: int = 2,
-                  iterations: int = 100) -> list[int | None]:
+def llvm_mca_many(blocks_asm: list[list[str]], mcpu: str, workers: int = 2, iterations: int = 100) -> list[int | None]:
     """One binary process per block, ``workers`` at a time."""
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(lambda asm: llvm_mca_cycles(asm, mcpu, iterations), blocks_asm))

@@ -80,7 +80,9 @@ class ParamTable:
             for use, write, cycles in row["read_advance"]:
                 out.append((key, "read_advance" if write == 0 else f"read_advance@{write}", use, cycles))
             out += [(key, f"port:{res}", 0, cy) for res, cy in row["ports"].items()]
-        return pl.DataFrame(out, schema={"opcode": pl.Utf8, "param": pl.Utf8, "idx": pl.Int32, "value": pl.Int64}, orient="row")
+        return pl.DataFrame(
+            out, schema={"opcode": pl.Utf8, "param": pl.Utf8, "idx": pl.Int32, "value": pl.Int64}, orient="row"
+        )
 
     @classmethod
     def from_frame(cls, frame: pl.DataFrame, mcpu: str, llvm_version: str) -> ParamTable:
@@ -123,11 +125,14 @@ def diff(base: ParamTable, table: ParamTable) -> pl.DataFrame:
     mine = table.to_frame()
     keys = [GLOBAL_ROW, *table.rows]
     theirs = base.to_frame().filter(pl.col("opcode").is_in(keys)).rename({"value": "base"})
-    return (theirs.join(mine, on=["opcode", "param", "idx"], how="full", coalesce=True)
-            .with_columns(pl.col("base").fill_null(0), pl.col("value").fill_null(0))
-            .filter(pl.col("base") != pl.col("value"))
-            .with_columns((pl.col("value") - pl.col("base")).alias("delta"))
-            .select("opcode", "param", "idx", "base", "value", "delta").sort(["opcode", "param", "idx"]))
+    return (
+        theirs.join(mine, on=["opcode", "param", "idx"], how="full", coalesce=True)
+        .with_columns(pl.col("base").fill_null(0), pl.col("value").fill_null(0))
+        .filter(pl.col("base") != pl.col("value"))
+        .with_columns((pl.col("value") - pl.col("base")).alias("delta"))
+        .select("opcode", "param", "idx", "base", "value", "delta")
+        .sort(["opcode", "param", "idx"])
+    )
 
 
 def canonical_row(row: dict) -> dict:

@@ -49,6 +49,15 @@ NB_MODULE(_engine, m) {
   m.attr("LLVM_VERSION") = DT_LLVM_VERSION;
   m.attr("LLVM_BIN_DIR") = DT_LLVM_BIN_DIR;
   nb::exception<dt::InvalidTable>(m, "InvalidTable", PyExc_ValueError);
+  using L = dt::Limits;
+  nb::dict Limits;
+  Limits["latency"] = nb::make_tuple(L::kLatencyMin, L::kLatencyMax);
+  Limits["uops"] = nb::make_tuple(L::kUopsMin, L::kUopsMax);
+  Limits["port_cycles"] = nb::make_tuple(L::kPortCyclesMin, L::kPortCyclesMax);
+  Limits["read_advance"] = nb::make_tuple(L::kReadAdvanceMin, L::kReadAdvanceMax);
+  Limits["dispatch_width"] = nb::make_tuple(L::kDispatchWidthMin, L::kDispatchWidthMax);
+  Limits["micro_op_buffer_size"] = nb::make_tuple(L::kMicroOpBufferMin, L::kMicroOpBufferMax);
+  m.attr("LIMITS") = Limits;
 
   nb::class_<dt::Block>(m, "Block")
       .def_prop_ro("ok", &dt::Block::ok)
@@ -128,6 +137,7 @@ NB_MODULE(_engine, m) {
             return E.compile(Gl, Rs);
           },
           "globals"_a, "rows"_a)
+      .def("nested_ports", &dt::Engine::nested_ports, "ports"_a, "allowed"_a)
       .def(
           "simulate",
           [](const dt::Engine &E, const std::vector<dt::Block> &Blocks,

@@ -100,6 +100,14 @@ class Engine {
   std::vector<Row> default_rows(const std::vector<Block> &blocks) const;
   // Throws InvalidTable naming the row and the parameter.
   Table compile(const Globals &globals, const std::vector<Row> &rows) const;
+  // Repairs a port map for compile(): walking the resources with cycles > 0
+  // from most cycles to fewest (ties in input order), drops each one that
+  // partially overlaps one already kept, unless both are in `allowed`. Returns
+  // `ports` in input order with every resource not kept at 0 cycles. Throws
+  // InvalidTable on an unknown resource.
+  std::vector<std::pair<std::string, int>> nested_ports(
+      const std::vector<std::pair<std::string, int>> &ports,
+      const std::vector<std::string> &allowed) const;
 
   // Simulate pairs (blocks[block_idx[i]], tables[table_idx[i]]) on `threads` threads.
   // fast_forward: stop once the cycles per iteration repeat and extrapolate.
@@ -112,16 +120,15 @@ class Engine {
   std::shared_ptr<EngineImpl> impl_;
 };
 
-// Valid parameter ranges (documented in the README; enforced by compile()).
+// Valid parameter ranges (documented in the README; enforced by compile(),
+// exported to Python as _engine.LIMITS).
 struct Limits {
-  static constexpr int kLatencyMax = 1000;
-  static constexpr int kUopsMax = 1000;
-  static constexpr int kPortCyclesMax = 1000;
-  static constexpr int kReadAdvanceMin = -1000;
-  static constexpr int kReadAdvanceMax = 1000;
-  static constexpr int kDispatchWidthMax = 1000;
-  static constexpr int kMicroOpBufferMin = 2;
-  static constexpr int kMicroOpBufferMax = 100000;
+  static constexpr int kLatencyMin = 0, kLatencyMax = 1000;
+  static constexpr int kUopsMin = 0, kUopsMax = 1000;
+  static constexpr int kPortCyclesMin = 0, kPortCyclesMax = 1000;
+  static constexpr int kReadAdvanceMin = -1000, kReadAdvanceMax = 1000;
+  static constexpr int kDispatchWidthMin = 1, kDispatchWidthMax = 1000;
+  static constexpr int kMicroOpBufferMin = 2, kMicroOpBufferMax = 100000;
 };
 
 }  // namespace dt

@@ -1,0 +1,112 @@
+"""Parameter tables: export, import, diff."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from difftune_pipeline.cli.common import WarehouseOpt, console, fail, params_app
+from difftune_pipeline.warehouse import DEFAULT_PATH, queries, writer
+
+
+def _load_table(ref: str, mcpu: str, warehouse: Path):
+    """A table by reference: a JSON file, 'default' (LLVM's), 'learned' (the newest
+    learned table of ``mcpu`` in the warehouse) or a warehouse table id."""
+    from difftune_pipeline.engine import Engine, ParamTable
+
+    if Path(ref).is_file():
+        return ref, ParamTable.from_json(Path(ref))
+    if ref == "default":
+        return ref, Engine(mcpu).default_table()
+    if ref == "learned":
+        latest = queries.latest_learned(warehouse, mcpu)
+        if latest is None:
+            raise KeyError(f"no learned table for -mcpu={mcpu} in {warehouse}")
+        ref = latest
+    return ref, queries.load_table(warehouse, ref)
+
+
+TableRef = Annotated[
+    str,
+    typer.Argument(
+        help="a JSON file, 'default' (LLVM's), 'learned' (the newest learned table for --mcpu) or a warehouse table id"
+    ),
+]
+
+
+@params_app.command("export")
+def params_export(
+    out: Annotated[Path, typer.Option(help="JSON file to write")],
+    mcpu: str = "haswell",
+    table: Annotated[
+        str,
+        typer.Option(
+            help="'default' (LLVM's), 'learned' (the newest learned table for --mcpu in the warehouse) or a table id"
+        ),
+    ] = "default",
+    warehouse: WarehouseOpt = DEFAULT_PATH,
+) -> None:
+    """Write a parameter table as JSON that the engine imports."""
+    try:
+        name, t = _load_table(table, mcpu, warehouse)
+    except (KeyError, FileNotFoundError, ValueError) as exc:
+        raise fail(exc) from None
+    t.to_json(out)
+    console.print(f"wrote {escape(name)}: {len(t.rows)} opcodes of -mcpu={t.mcpu} (LLVM {t.llvm_version}) to {out}")
+
+
+@params_app.command("import")
+def params_import(
+    file: Annotated[Path, typer.Argument(help="parameter table JSON (the format `params export` writes)")],
+    table_id: Annotated[str | None, typer.Option("--id", help="table id (default: imported-<mcpu>-<hash>)")] = None,
+    note: Annotated[str, typer.Option(help="a note stored with the table")] = "",
+    warehouse: WarehouseOpt = DEFAULT_PATH,
+) -> None:
+    """Store a table in the warehouse (kind 'imported') after the engine has
+    validated every parameter, so it can be diffed, exported and evaluated by id."""
+    from difftune_pipeline.engine import Engine, InvalidTable, ParamTable
+
+    try:
+        table = ParamTable.from_json(file)
+        Engine(table.mcpu).compile(table)
+    except (InvalidTable, ValueError, KeyError, OSError) as exc:
+        raise fail(exc) from None
+    table_id = table_id or f"imported-{table.mcpu}-{table.fingerprint()}"
+    with writer(warehouse) as con:
+        new = queries.save_table(con, table_id, table, kind="imported", note=note or f"imported from {file}")
+    console.print(
+        f"{'stored' if new else 'already stored'}: {escape(table_id)} ({len(table.rows)} opcodes, -mcpu={table.mcpu})"
+    )
+
+
+@params_app.command("diff")
+def params_diff(
+    table: TableRef,
+    against: Annotated[str, typer.Option(help="the table to compare with (same forms as TABLE)")] = "default",
+    mcpu: str = "haswell",
+    warehouse: WarehouseOpt = DEFAULT_PATH,
+    as_csv: Annotated[bool, typer.Option("--csv")] = False,
+) -> None:
+    """The parameters where TABLE differs from the defaults (or --against), one row each."""
+    from difftune_pipeline.engine.table import diff
+
+    try:
+        name, t = _load_table(table, mcpu, warehouse)
+        base_name, base = _load_table(against, t.mcpu, warehouse)
+    except (KeyError, FileNotFoundError, ValueError) as exc:
+        raise fail(exc) from None
+    frame = diff(base, t)
+    if as_csv:
+        sys.stdout.write(frame.write_csv())
+        return
+    out = Table(title=f"{escape(name)} against {escape(base_name)}: {frame.height} parameters differ")
+    for col in frame.columns:
+        out.add_column(col, justify="left" if col in ("opcode", "param") else "right")
+    for row in frame.iter_rows():
+        out.add_row(*("-" if v is None else escape(str(v)) for v in row))
+    console.print(out)

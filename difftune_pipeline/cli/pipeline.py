@@ -1,0 +1,141 @@
+"""The pipeline and its warehouse: materialise, query, report, the UI."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from difftune_pipeline.cli.common import WarehouseOpt, app, console, fail, progress, progress_console
+from difftune_pipeline.warehouse import DEFAULT_PATH
+from difftune_pipeline.warehouse import query as read_query
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="SQL to run on the warehouse (read-only)")],
+    warehouse: WarehouseOpt = DEFAULT_PATH,
+    as_csv: Annotated[bool, typer.Option("--csv")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Query the warehouse. The connection is read-only: statements that write fail."""
+    try:
+        frame = read_query(query, warehouse)
+    except Exception as exc:  # duckdb raises many error types; all are the user's to read
+        raise fail(exc) from None
+    if as_csv:
+        sys.stdout.write(frame.write_csv())
+    elif as_json:
+        print(json.dumps(frame.to_dicts(), default=str, indent=1))
+    else:
+        table = Table()
+        for col in frame.columns:
+            table.add_column(col)
+        for row in frame.iter_rows():
+            table.add_row(*("" if v is None else str(v) for v in row))
+        console.print(table)
+
+
+@app.command()
+def materialize(
+    select: Annotated[str, typer.Option(help="Dagster asset selection")] = "*",
+) -> None:
+    """Materialise assets of the pipeline into the persistent Dagster instance:
+    unpartitioned assets in topological runs, partitioned ones one run per partition."""
+    import dagster as dg
+
+    from difftune_pipeline.definitions import defs
+
+    definitions = defs()
+    graph = definitions.resolve_asset_graph()
+    job = definitions.resolve_implicit_global_asset_job_def()
+    try:
+        selected = dg.AssetSelection.from_string(select).resolve(graph)
+    except Exception as exc:  # the selection grammar raises several error types; all are the user's to read
+        raise fail(
+            ValueError(f"bad asset selection {select!r} (e.g. 'key:learned_params or key:evaluation'): {exc}")
+        ) from None
+    ordered = [k for level in graph.toposorted_asset_keys_by_level for k in sorted(level) if k in selected]
+    with dg.DagsterInstance.get() as instance, progress() as bar:
+        runs: list[tuple[list, str | None]] = []
+        for key in ordered:
+            partitions = graph.get(key).partitions_def
+            if partitions is None:
+                if runs and runs[-1][1] is None:
+                    runs[-1][0].append(key)
+                else:
+                    runs.append(([key], None))
+            else:
+                runs += [([key], p) for p in partitions.get_partition_keys(dynamic_partitions_store=instance)]
+        task = bar.add_task("runs", total=len(runs))
+        for keys, partition in runs:
+            names = escape(", ".join(k.to_user_string() for k in keys) + (f" [{partition}]" if partition else ""))
+            bar.update(task, description=f"materialising {names}")
+            result = job.execute_in_process(
+                instance=instance, asset_selection=keys, partition_key=partition, raise_on_error=False
+            )
+            bar.advance(task)
+            if not result.success:
+                failed = [
+                    f"{e.asset_key.to_user_string()}:{e.check_name}"
+                    for e in result.get_asset_check_evaluations()
+                    if not e.passed
+                ]
+                console.print(
+                    f"[red]failed:[/red] {names}" + (f" (checks failed: {', '.join(failed)})" if failed else "")
+                )
+                raise typer.Exit(1)
+            console.print(f"materialised [bold]{names}[/bold]")
+
+
+@app.command()
+def report(
+    out: Annotated[Path, typer.Option(help="HTML file to write")] = Path("warehouse/reports/report.html"),
+    warehouse: WarehouseOpt = DEFAULT_PATH,
+) -> None:
+    """Write the HTML report: default against learned per µarch and slice, ML
+    kernels against the rest, the predicted-vs-measured plot, moved parameters."""
+    from difftune_pipeline.reporting import report as report_
+
+    try:
+        path = report_.build(warehouse, out)
+    except (ValueError, KeyError, OSError) as exc:
+        raise fail(exc) from None
+    console.print(f"wrote {path}")
+
+
+@app.command()
+def ui(
+    host: str = "127.0.0.1",
+    port: int = 3000,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for the code location to load")] = 300,
+) -> None:
+    """Start the Dagster UI and daemon (sensors, schedules, automation) on the
+    project's instance; waits until the pipeline has loaded, then serves until Ctrl-C."""
+    import signal
+
+    from difftune_pipeline import ui as ui_
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGINT, signal.SIGTERM):  # also when started with SIGINT ignored (in the background)
+        signal.signal(sig, interrupt)
+    process = ui_.start(host, port)
+    url = f"http://{host}:{port}"
+    try:
+        with progress_console.status(f"starting the UI at {url}"):
+            ui_.wait_until_loaded(url, timeout, process)
+        console.print(f"the pipeline is loaded: open {url}  (Ctrl-C stops the UI and the daemon)")
+        process.wait()
+    except (RuntimeError, TimeoutError) as exc:
+        raise fail(exc) from None
+    except KeyboardInterrupt:
+        pass
+    finally:
+        ui_.stop(process)

@@ -1,0 +1,149 @@
+"""Simulating blocks under a table, and scoring a table against measurements."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from difftune_pipeline.cli.common import CHUNK, app, console, fail, progress
+
+
+def _read_inputs(csv: Path | None, hex_: list[str] | None, asm: Path | None):
+    """(label, hex or None, asm text or None, measured or None, problem or None) per input."""
+    items = []
+    if csv is not None:
+        for line_no, line in enumerate(csv.read_text(errors="replace").splitlines(), start=1):
+            if not line.strip():
+                continue
+            fields = line.split(",")
+            measured, problem = None, None
+            if len(fields) > 2:
+                problem = f"line {line_no}: expected 'hex[,cycles per 100 iterations]'"
+            elif len(fields) == 2:
+                try:
+                    measured = float(fields[1])
+                    if not math.isfinite(measured) or measured <= 0:
+                        raise ValueError
+                except ValueError:
+                    problem = f"line {line_no}: measured throughput {fields[1]!r} is not a positive number"
+            items.append((fields[0].strip(), fields[0].strip(), None, measured, problem))
+    for h in hex_ or []:
+        items.append((h, h, None, None, None))
+    if asm is not None:
+        items.append((str(asm), None, asm.read_text(), None, None))
+    if not items:
+        raise typer.BadParameter("give --csv, --hex or --asm")
+    return items
+
+
+def run_table(mcpu: str, params: Path | None, items, iterations: int, threads: int | None) -> dict:
+    """Simulate inputs under a table: the shared core of ``simulate`` and ``evaluate``."""
+    from difftune_pipeline.engine import Engine, ParamTable
+    from difftune_pipeline.model.metrics import kendall_tau, mape
+
+    engine = Engine(mcpu)
+    table = ParamTable.from_json(params) if params else None
+    if table is not None:
+        engine.compile(table)  # refuse an invalid table up front, naming opcode and parameter
+    blocks = [engine.parse_asm(a) if a is not None else engine.disassemble(h) for _, h, a, _, _ in items]
+    cycles_, status_ = [], []
+    with progress() as bar:
+        task = bar.add_task(f"simulating (-mcpu={mcpu})", total=len(blocks))
+        for start in range(0, len(blocks), CHUNK):
+            result = engine.simulate(blocks[start : start + CHUNK], table, iterations=iterations, threads=threads)
+            cycles_ += result.cycles.tolist()
+            status_ += list(result.status)
+            bar.advance(task, len(result.status))
+    rows = []
+    for (label, _, _, measured, problem), block, cycles, status in zip(items, blocks, cycles_, status_):
+        if problem:
+            status, cycles = f"bad input: {problem}", -1
+        rows.append(
+            {
+                "input": label,
+                "asm": list(block.asm),
+                "cycles": int(cycles) if status == "ok" else None,
+                "measured": measured,
+                "status": status,
+            }
+        )
+    scored = [(r["cycles"], r["measured"]) for r in rows if r["cycles"] is not None and r["measured"] is not None]
+    return {
+        "mcpu": mcpu,
+        "llvm_version": engine.llvm_version,
+        "iterations": iterations,
+        "params": str(params) if params else "default",
+        "n": len(rows),
+        "failed": sum(r["status"] != "ok" for r in rows),
+        "mape": mape(*zip(*scored)) if scored else None,
+        "kendall_tau": kendall_tau(*zip(*scored)) if len(scored) > 1 else None,
+        "results": rows,
+    }
+
+
+def _print_report(report: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report, indent=1, allow_nan=False, default=lambda x: None))
+        return
+    table = Table(title=f"llvm-mca {report['llvm_version']} -mcpu={report['mcpu']}, {report['iterations']} iterations")
+    for col in ("input", "cycles", "measured", "status"):
+        table.add_column(col, overflow="fold")
+    for r in report["results"]:
+        table.add_row(
+            r["input"][:40],
+            str(r["cycles"] if r["cycles"] is not None else "-"),
+            f"{r['measured']:g}" if r["measured"] is not None else "-",
+            r["status"],
+        )
+    console.print(table)
+    summary = f"n={report['n']} failed={report['failed']}"
+    if report["mape"] is not None:
+        summary += f" MAPE={100 * report['mape']:.2f}%"
+    if report["kendall_tau"] is not None:
+        summary += f" Kendall tau={report['kendall_tau']:.3f}"
+    console.print(summary)
+
+
+def _run_and_print(mcpu, params, inputs, iterations, threads, as_json) -> None:
+    from difftune_pipeline.engine import InvalidTable
+
+    try:
+        report = run_table(mcpu, params, inputs(), iterations, threads)
+    except (InvalidTable, ValueError, OSError) as exc:
+        raise fail(exc) from None
+    _print_report(report, as_json)
+
+
+@app.command()
+def simulate(
+    mcpu: Annotated[str, typer.Option(help="LLVM CPU name (haswell, skylake, znver1, ...)")] = "haswell",
+    params: Annotated[Path | None, typer.Option(help="parameter table JSON (default: LLVM's)")] = None,
+    csv: Annotated[Path | None, typer.Option(help="file of hex[,measured cycles per 100 iterations]")] = None,
+    hex_: Annotated[list[str] | None, typer.Option("--hex", help="a block as hex (repeatable)")] = None,
+    asm: Annotated[Path | None, typer.Option(help="a block as AT&T assembly text")] = None,
+    iterations: int = 100,
+    threads: Annotated[int | None, typer.Option(help="simulation threads (default: all cores)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Simulate blocks with the in-process engine: cycles per block, and MAPE and
+    Kendall tau when measurements are given."""
+    _run_and_print(mcpu, params, lambda: _read_inputs(csv, hex_, asm), iterations, threads, as_json)
+
+
+@app.command()
+def evaluate(
+    csv: Annotated[Path, typer.Option(help="file of hex,measured cycles per 100 iterations")],
+    params: Annotated[Path | None, typer.Option(help="parameter table JSON (default: LLVM's)")] = None,
+    mcpu: str = "haswell",
+    iterations: int = 100,
+    threads: Annotated[int | None, typer.Option(help="simulation threads (default: all cores)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """MAPE and Kendall tau of a parameter table against measured throughputs
+    (the same output as ``simulate``)."""
+    _run_and_print(mcpu, params, lambda: _read_inputs(csv, None, None), iterations, threads, as_json)

@@ -1,0 +1,164 @@
+"""How much to sample, simulate, train and search: one settings type, and the
+profiles as data — each a few overrides of one base.
+
+Overrides name a field by its dotted path (``"search.budget": 3000``); the
+Dagster resource, the command line and the benchmarks all build their settings
+through ``settings_for``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from difftune_pipeline.surrogates.lstm import LSTMConfig
+from difftune_pipeline.surrogates.structured import StructuredConfig
+from difftune_pipeline.tuners.gradient import TuneConfig
+from difftune_pipeline.tuners.search import SearchConfig
+
+
+@dataclass(frozen=True)
+class Settings:
+    presets: tuple[str, ...] = ("perturb", "difftune")  # sampling presets (model/params.py)
+    tables_per_preset: int = 24
+    blocks_per_table: int = 0  # 0: every train block
+    shards: int = 4  # simulation partitions
+    iterations: int = 100
+    surrogate_model: str = "structured"  # structured | ithemal (DiffTune's LSTM)
+    lstm: LSTMConfig = field(default_factory=LSTMConfig)
+    structured: StructuredConfig = field(default_factory=StructuredConfig)
+    tuner: str = "combined"  # surrogate | direct | combined (tuners/__init__.py)
+    tune: TuneConfig = field(default_factory=TuneConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    max_surrogate_heldout_mape: float = 0.25  # the surrogate's fidelity check fails above this
+
+    @property
+    def surrogate_config(self):
+        """The configuration of the chosen surrogate model."""
+        return self.structured if self.surrogate_model == "structured" else self.lstm
+
+
+PROFILES: dict[str, dict[str, Any]] = {
+    "sample": {},  # the base, on the bundled sample
+    # the whole graph in about a minute: a check, not a result
+    "smoke": {
+        "tables_per_preset": 2,
+        "blocks_per_table": 200,
+        "lstm.epochs": 1,
+        "structured.seconds": 5,
+        "tune.steps": 10,
+        "search.budget": 3000,
+        "search.rounds": 1,
+        "max_surrogate_heldout_mape": 1.0,
+    },
+    # BHive's files: DiffTune's dataset size on 2 cores
+    "full": {
+        "tables_per_preset": 32,
+        "blocks_per_table": 3000,
+        "lstm.epochs": 12,
+        "structured.seconds": 300,
+        "tune.steps": 400,
+        "search.budget": 192_000,
+    },
+}
+
+
+def override(settings, changes: dict[str, Any]):
+    """``settings`` with dotted fields replaced; a value must have its field's type
+    (an int is accepted for a float, a list for a tuple)."""
+    nested: dict[str, dict[str, Any]] = {}
+    top: dict[str, Any] = {}
+    for path, value in changes.items():
+        head, _, rest = path.partition(".")
+        if rest:
+            nested.setdefault(head, {})[rest] = value
+        else:
+            top[head] = value
+    fields = {f.name: f for f in dataclasses.fields(settings)}
+    for name in [*top, *nested]:
+        if name not in fields:
+            raise ValueError(f"unknown setting {name!r} of {type(settings).__name__}: one of {sorted(fields)}")
+    for name, value in top.items():
+        current = getattr(settings, name)
+        if dataclasses.is_dataclass(current):
+            raise ValueError(f"setting {name!r} is a group: set its fields ({name}.<field>)")
+        top[name] = _typed(name, value, current)
+    for name, changed in nested.items():
+        top[name] = override(getattr(settings, name), changed)
+    return dataclasses.replace(settings, **top)
+
+
+def _typed(name: str, value, current):
+    if isinstance(current, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(current, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif isinstance(current, tuple):
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+        value = tuple(value) if ok else value
+    else:
+        ok = isinstance(value, type(current)) and not isinstance(value, bool)
+    if not ok:
+        raise ValueError(f"setting {name!r} must be of type {type(current).__name__}, got {value!r}")
+    return value
+
+
+def settings_for(profile: str, overrides: dict[str, Any] | None = None) -> Settings:
+    """A profile's settings, with ``overrides`` on top."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}: one of {sorted(PROFILES)}")
+    return override(override(Settings(), PROFILES[profile]), overrides or {})
+
+
+def parse_overrides(text: str | None) -> dict[str, Any]:
+    """Overrides from JSON text (``DIFFTUNE_SETTINGS``), e.g. ``{"search.budget": 3000}``."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"settings overrides are not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError("settings overrides must be a JSON object of dotted names to values")
+    return value
+
+
+# ---- where each profile's input data comes from ----------------------------
+SAMPLE_DIR = Path(__file__).resolve().parent / "data" / "sample"
+# µarch -> (file under ground_truth/, unit). AMD Zen+ (nanoBench, AnICA) is modelled by LLVM's znver1.
+FULL_MEASUREMENTS = {
+    "haswell": ("bhive_hsw.csv", "cycles_per_100"),
+    "ivybridge": ("bhive_ivb.csv", "cycles_per_100"),
+    "skylake": ("bhive_skl.csv", "cycles_per_100"),
+    "znver1": ("other/anica_nanobench_zenplus_cycles_per_iter.csv", "cycles_per_iteration"),
+}
+
+
+def input_files(profile: str, data_dir: str | None) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """(measurement files as (path, µarch, unit), corpus files) of a profile: the
+    bundled sample, or BHive's files under ``data_dir`` for ``full``."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}: one of {sorted(PROFILES)}")
+    if profile != "full":
+        return (
+            [(str(SAMPLE_DIR / "bhive_hsw_sample.csv"), "haswell", "cycles_per_100")],
+            sorted(str(p) for p in (SAMPLE_DIR / "corpus").glob("*.csv")),
+        )
+    if not data_dir:
+        raise ValueError("the full profile needs DIFFTUNE_DATA_DIR")
+    root = Path(data_dir)
+    files = [
+        (str(root / "ground_truth" / name), uarch, unit)
+        for uarch, (name, unit) in FULL_MEASUREMENTS.items()
+        if (root / "ground_truth" / name).exists()
+    ]
+    if not files:
+        raise FileNotFoundError(
+            f"DIFFTUNE_DATA_DIR={data_dir} holds none of "
+            f"ground_truth/{sorted(name for name, _ in FULL_MEASUREMENTS.values())}"
+        )
+    return files, sorted(str(p) for p in (root / "bhive_sources").glob("*.csv"))

@@ -1,0 +1,196 @@
+// Blocks: machine code decoded (or assembly parsed) into MCInsts, with each
+// instruction's printed text, parameter-row key and operands.
+#include "engine_impl.h"
+
+#include "llvm/MC/MCObjectFileInfo.h"
+#include "llvm/MC/MCParser/MCAsmParser.h"
+#include "llvm/MC/MCParser/MCTargetAsmParser.h"
+#include "llvm/MC/MCStreamer.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace llvm;
+
+namespace dt {
+namespace {
+
+// Collects the instructions of parsed assembly text; everything else is ignored.
+class CollectingStreamer final : public MCStreamer {
+ public:
+  explicit CollectingStreamer(MCContext &Ctx) : MCStreamer(Ctx) {}
+  std::vector<MCInst> Insts;
+  void emitInstruction(const MCInst &Inst, const MCSubtargetInfo &) override {
+    Insts.push_back(Inst);
+  }
+  bool emitSymbolAttribute(MCSymbol *, MCSymbolAttr) override { return true; }
+#if LLVM_VERSION_MAJOR >= 16
+  void emitCommonSymbol(MCSymbol *, uint64_t, Align) override {}
+  void emitZerofill(MCSection *, MCSymbol *, uint64_t, Align, SMLoc) override {}
+#else
+  void emitCommonSymbol(MCSymbol *, uint64_t, unsigned) override {}
+  void emitZerofill(MCSection *, MCSymbol *, uint64_t, unsigned, SMLoc) override {}
+#endif
+};
+
+// Each instruction's parameter-row key, from the class LLVM's model resolves it to.
+void finishBlock(const EngineImpl &E, BlockImpl &B) {
+  for (const MCInst &MI : B.Insts) {
+    unsigned R = E.resolve(MI);
+    B.Keys.push_back(E.rowKey(MI.getOpcode(), R ? R : E.staticClass(MI.getOpcode())));
+  }
+}
+
+// Dependencies are on whole registers: the widest super-register.
+std::string widest(const MCRegisterInfo &MRI, MCRegister R) {
+  MCRegister Top = R;
+  for (MCSuperRegIterator S(R, &MRI); S.isValid(); ++S)
+    if (!MCSuperRegIterator(*S, &MRI).isValid()) Top = *S;
+  return MRI.getName(Top);
+}
+
+InstrOperands instrOperands(const EngineImpl &E, const MCInst &MI) {
+  InstrOperands O;
+  const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
+  O.may_load = D.mayLoad();
+  O.may_store = D.mayStore();
+  APInt Mask;
+  O.dependency_breaking = E.MCIA->isZeroIdiom(MI, Mask, E.SM->getProcessorID()) ||
+                          E.MCIA->isDependencyBreaking(MI, Mask, E.SM->getProcessorID());
+  for (unsigned I = 0; I < MI.getNumOperands(); ++I) {
+    const MCOperand &Op = MI.getOperand(I);
+#if LLVM_VERSION_MAJOR >= 16
+    bool Memory = I < D.getNumOperands() && D.operands()[I].OperandType == MCOI::OPERAND_MEMORY;
+#else
+    bool Memory = I < D.getNumOperands() && D.OpInfo[I].OperandType == MCOI::OPERAND_MEMORY;
+#endif
+    if (Memory) {
+      if (!O.address.empty()) O.address += ",";
+      O.address += Op.isReg() ? (Op.getReg() ? std::string(E.MRI->getName(Op.getReg())) : "")
+                   : Op.isImm() ? std::to_string(Op.getImm()) : "sym";
+    }
+    if (!Op.isReg() || !Op.getReg()) continue;
+    if (I < D.getNumDefs())
+      O.writes.push_back(widest(*E.MRI, Op.getReg()));
+    else if (Memory || !O.dependency_breaking)
+      O.reads.push_back(widest(*E.MRI, Op.getReg()));
+  }
+#if LLVM_VERSION_MAJOR >= 16
+  for (MCPhysReg R : D.implicit_uses()) O.reads.push_back(widest(*E.MRI, R));
+  for (MCPhysReg R : D.implicit_defs()) O.writes.push_back(widest(*E.MRI, R));
+#else
+  for (const MCPhysReg *R = D.getImplicitUses(); R && *R; ++R) O.reads.push_back(widest(*E.MRI, *R));
+  for (const MCPhysReg *R = D.getImplicitDefs(); R && *R; ++R) O.writes.push_back(widest(*E.MRI, *R));
+#endif
+  for (auto *V : {&O.reads, &O.writes}) {
+    std::sort(V->begin(), V->end());
+    V->erase(std::unique(V->begin(), V->end()), V->end());
+  }
+  return O;
+}
+
+}  // namespace
+
+std::string EngineImpl::printInst(const MCInst &MI) {
+  std::string S;
+  raw_string_ostream OS(S);
+  IP->printInst(&MI, 0, "", *STI, OS);
+  OS.flush();
+  size_t B = S.find_first_not_of(" \t");
+  S = B == std::string::npos ? "" : S.substr(B);
+  std::replace(S.begin(), S.end(), '\t', ' ');
+  return S;
+}
+
+Block Engine::disassemble(const std::string &hex) const {
+  EngineImpl &E = *impl_;
+  auto B = std::make_shared<BlockImpl>();
+  B->Engine = impl_;
+  auto fail = [&](std::string Msg) {
+    B->Error = std::move(Msg);
+    B->Insts.clear();
+    B->Text.clear();
+    return Block{B};
+  };
+  if (hex.empty()) return fail("empty block");
+  if (hex.size() % 2) return fail("odd number of hex digits (" + std::to_string(hex.size()) + ")");
+  std::vector<uint8_t> Bytes;
+  for (size_t I = 0; I < hex.size(); I += 2) {
+    for (size_t J = I; J < I + 2; ++J)
+      if (!isxdigit((unsigned char)hex[J]))
+        return fail("non-hex character at position " + std::to_string(J));
+    Bytes.push_back((uint8_t)std::stoi(hex.substr(I, 2), nullptr, 16));
+  }
+  std::lock_guard<std::mutex> L(E.Mu);
+  for (uint64_t Off = 0; Off < Bytes.size();) {
+    MCInst MI;
+    uint64_t Size = 0;
+    auto S = E.Dis->getInstruction(MI, Size, ArrayRef<uint8_t>(Bytes).slice(Off), Off, nulls());
+    if (S == MCDisassembler::Fail || Size == 0)
+      return fail("undecodable bytes at offset " + std::to_string(Off) + ": " +
+                  hex.substr(2 * Off, std::min<size_t>(16, hex.size() - 2 * Off)));
+    B->Insts.push_back(MI);
+    B->Text.push_back(E.printInst(MI));
+    Off += Size;
+  }
+  finishBlock(E, *B);
+  return Block{B};
+}
+
+Block Engine::parse_asm(const std::string &text) const {
+  EngineImpl &E = *impl_;
+  auto B = std::make_shared<BlockImpl>();
+  B->Engine = impl_;
+  B->Src = std::make_shared<SourceMgr>();
+  std::string Diag;
+  B->Src->setDiagHandler(
+      [](const SMDiagnostic &D, void *Ctx) {
+        auto &Out = *static_cast<std::string *>(Ctx);
+        if (D.getKind() != SourceMgr::DK_Error) return;
+        if (!Out.empty()) Out += "; ";
+        Out += "line " + std::to_string(D.getLineNo()) + ": " + D.getMessage().str();
+      },
+      &Diag);
+  B->Src->AddNewSourceBuffer(MemoryBuffer::getMemBufferCopy(text, "<asm>"), SMLoc());
+  std::lock_guard<std::mutex> L(E.Mu);
+  B->Ctx = std::make_shared<MCContext>(E.TT, E.MAI.get(), E.MRI.get(), E.STI.get(), B->Src.get());
+  std::unique_ptr<MCObjectFileInfo> MOFI(E.TheTarget->createMCObjectFileInfo(*B->Ctx, false));
+  B->Ctx->setObjectFileInfo(MOFI.get());
+  CollectingStreamer Str(*B->Ctx);
+  std::unique_ptr<MCAsmParser> P(createMCAsmParser(*B->Src, *B->Ctx, Str, *E.MAI));
+  std::unique_ptr<MCTargetAsmParser> TAP(
+      E.TheTarget->createMCAsmParser(*E.STI, *P, *E.MCII, E.MCOptions));
+  P->setTargetParser(*TAP);
+  bool Failed = P->Run(false);
+  B->Ctx->setObjectFileInfo(nullptr);
+  if (Failed || !Diag.empty()) {
+    B->Error = Diag.empty() ? "assembly could not be parsed" : Diag;
+    return Block{B};
+  }
+  if (Str.Insts.empty()) {
+    B->Error = "empty block";
+    return Block{B};
+  }
+  B->Insts = std::move(Str.Insts);
+  for (const MCInst &MI : B->Insts) B->Text.push_back(E.printInst(MI));
+  finishBlock(E, *B);
+  return Block{B};
+}
+
+bool Block::ok() const { return impl && impl->Error.empty(); }
+const std::string &Block::error() const { return impl->Error; }
+size_t Block::size() const { return impl->Insts.size(); }
+std::vector<std::string> Block::asm_lines() const { return impl->Text; }
+std::vector<std::string> Block::row_keys() const { return impl->Keys; }
+std::vector<std::string> Block::opcodes() const {
+  std::vector<std::string> R;
+  for (const MCInst &MI : impl->Insts) R.push_back(impl->Engine->MCII->getName(MI.getOpcode()).str());
+  return R;
+}
+
+std::vector<InstrOperands> Block::operands() const {
+  std::vector<InstrOperands> Out;
+  for (const MCInst &MI : impl->Insts) Out.push_back(instrOperands(*impl->Engine, MI));
+  return Out;
+}
+
+}  // namespace dt

@@ -1,0 +1,154 @@
+// Simulation: a block lowered under a compiled table and run through llvm-mca's
+// default pipeline, many (block, table) pairs at a time.
+#include "engine_impl.h"
+#include "monitor_stage.h"
+
+#include "llvm/MCA/Context.h"
+#include "llvm/MCA/CustomBehaviour.h"
+#include "llvm/MCA/InstrBuilder.h"
+#include "llvm/MCA/Pipeline.h"
+#include "llvm/MCA/SourceMgr.h"
+
+#include <atomic>
+#include <thread>
+
+using namespace llvm;
+
+namespace dt {
+namespace {
+
+constexpr unsigned kCallLatency = 100;  // llvm-mca's -call-latency default
+
+#if LLVM_VERSION_MAJOR >= 19
+using CircularSourceMgr = mca::CircularSourceMgr;
+#else
+using CircularSourceMgr = mca::SourceMgr;
+#endif
+
+std::string errorText(Error E) {
+  std::string S;
+  handleAllErrors(std::move(E), [&](const ErrorInfoBase &EI) { S = EI.message(); });
+  return S;
+}
+
+// Turns a block's MCInsts into mca instructions under one subtarget. The
+// instructions point into descriptors that the InstrBuilder owns, so a
+// Lowering must outlive the simulation of what it lowered.
+class Lowering {
+#if LLVM_VERSION_MAJOR >= 19
+  std::unique_ptr<mca::InstrumentManager> IM;
+#endif
+  std::unique_ptr<mca::InstrBuilder> IB;
+  std::unique_ptr<mca::InstrPostProcess> IPP;
+
+ public:
+  Lowering(const EngineImpl &E, const MCSubtargetInfo &STI) {
+#if LLVM_VERSION_MAJOR >= 19
+    IM.reset(E.TheTarget->createInstrumentManager(STI, *E.MCII));
+    if (!IM) IM = std::make_unique<mca::InstrumentManager>(STI, *E.MCII);
+    IB = std::make_unique<mca::InstrBuilder>(STI, *E.MCII, *E.MRI, E.MCIA.get(), *IM,
+                                             kCallLatency);
+#else
+    IB = std::make_unique<mca::InstrBuilder>(STI, *E.MCII, *E.MRI, E.MCIA.get());
+#endif
+    IPP.reset(E.TheTarget->createInstrPostProcess(STI, *E.MCII));
+    if (!IPP) IPP = std::make_unique<mca::InstrPostProcess>(STI, *E.MCII);
+  }
+
+  // Appends B's instructions to Out; "" or why one could not be lowered.
+  std::string lower(const BlockImpl &B, SmallVectorImpl<std::unique_ptr<mca::Instruction>> &Out) {
+#if LLVM_VERSION_MAJOR >= 19
+    const SmallVector<mca::Instrument *> NoInstruments;
+#endif
+    for (size_t I = 0; I < B.Insts.size(); ++I) {
+#if LLVM_VERSION_MAJOR >= 19
+      auto Inst = IB->createInstruction(B.Insts[I], NoInstruments);
+#else
+      auto Inst = IB->createInstruction(B.Insts[I]);
+#endif
+      if (!Inst) return errorText(Inst.takeError()) + ": " + B.Text[I];
+      IPP->postProcessInstruction(Inst.get(), B.Insts[I]);
+      Out.emplace_back(std::move(Inst.get()));
+    }
+    return "";
+  }
+};
+
+// llvm-mca's default pipeline with its defaults (no extra limits, loads and
+// stores never alias), then the monitor, which also listens to its events.
+std::unique_ptr<mca::Pipeline> buildPipeline(mca::Context &Ctx, mca::SourceMgr &S,
+                                             mca::CustomBehaviour &CB,
+                                             std::unique_ptr<MonitorStage> Monitor) {
+  mca::PipelineOptions PO(/*UOPQSize=*/0, /*DecThr=*/0, /*DW=*/0, /*RFS=*/0, /*LQS=*/0,
+                          /*SQS=*/0, /*NoAlias=*/true);
+  auto P = Ctx.createDefaultPipeline(PO, S, CB);
+  P->addEventListener(Monitor.get());
+  P->appendStage(std::move(Monitor));
+  return P;
+}
+
+std::pair<int64_t, std::string> simulateOne(const EngineImpl &E, const BlockImpl &B,
+                                            const TableImpl &T, unsigned Iterations,
+                                            uint64_t Cap, bool FastForward) {
+  if (!B.Error.empty()) return {-1, "bad block: " + B.Error};
+  const MCSubtargetInfo &STI = *T.STI;
+  Lowering L(E, STI);
+  SmallVector<std::unique_ptr<mca::Instruction>> Lowered;
+  if (std::string Why = L.lower(B, Lowered); !Why.empty()) return {-1, Why};
+  CircularSourceMgr S(Lowered, Iterations);
+  std::unique_ptr<mca::CustomBehaviour> CB(E.TheTarget->createCustomBehaviour(STI, S, *E.MCII));
+  if (!CB) CB = std::make_unique<mca::CustomBehaviour>(STI, S, *E.MCII);
+  mca::Context Ctx(*E.MRI, STI);
+  auto Monitor = std::make_unique<MonitorStage>(Cap, Lowered.size(), Iterations, FastForward);
+  const MonitorStage &M = *Monitor;
+  auto P = buildPipeline(Ctx, S, *CB, std::move(Monitor));
+  Expected<unsigned> Cycles = P->run();
+  if (!Cycles) {
+    std::string Why = errorText(Cycles.takeError());
+    if (M.Extrapolated >= 0) return {M.Extrapolated, "ok"};
+    return {-1, Why};
+  }
+  return {(int64_t)*Cycles, "ok"};
+}
+
+}  // namespace
+
+SimResult Engine::simulate(const std::vector<Block> &blocks, const std::vector<Table> &tables,
+                           const std::vector<int64_t> &block_idx,
+                           const std::vector<int64_t> &table_idx, unsigned iterations,
+                           unsigned threads, uint64_t cycle_cap, bool fast_forward) const {
+  if (block_idx.size() != table_idx.size())
+    throw std::invalid_argument("block_idx and table_idx differ in length");
+  if (iterations == 0) throw std::invalid_argument("iterations must be at least 1");
+  for (const Block &B : blocks)
+    if (!B.impl || B.impl->Engine != impl_) throw std::invalid_argument("block from another engine");
+  for (const Table &T : tables)
+    if (!T.impl || T.impl->Engine != impl_) throw std::invalid_argument("table from another engine");
+  const size_t N = block_idx.size();
+  for (size_t I = 0; I < N; ++I)
+    if (block_idx[I] < 0 || (size_t)block_idx[I] >= blocks.size() || table_idx[I] < 0 ||
+        (size_t)table_idx[I] >= tables.size())
+      throw std::out_of_range("pair " + std::to_string(I) + " indexes past the blocks or tables");
+  SimResult Out{std::vector<int64_t>(N, -1), std::vector<std::string>(N)};
+  std::atomic<size_t> Next{0};
+  auto Work = [&] {
+    for (size_t I; (I = Next++) < N;) {
+      try {
+        auto [C, St] = simulateOne(*impl_, *blocks[block_idx[I]].impl, *tables[table_idx[I]].impl,
+                                   iterations, cycle_cap, fast_forward);
+        Out.cycles[I] = C;
+        Out.status[I] = std::move(St);
+      } catch (const std::exception &X) {
+        Out.status[I] = std::string("engine error: ") + X.what();
+      }
+    }
+  };
+  threads = std::max(1u, std::min<unsigned>(threads, N ? N : 1));
+  std::vector<std::thread> Pool;
+  for (unsigned I = 1; I < threads; ++I) Pool.emplace_back(Work);
+  Work();
+  for (auto &Th : Pool) Th.join();
+  return Out;
+}
+
+}  // namespace dt

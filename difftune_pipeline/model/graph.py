@@ -1,0 +1,130 @@
+"""A block's dependency graph and its loop-carried recurrence: one definition,
+read by the hardware features and differentiated through by the structured
+surrogate.
+
+Edges come from LLVM's instruction descriptions (``Block.operands``). The
+recurrence is a max-plus longest path over the graph unrolled for ``UNROLL``
+iterations; an edge costs the producer's latency, less the consumer's
+ReadAdvance when it is a register operand (not an address). Store→load edges
+are reported but never timed: llvm-mca assumes no aliasing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+UNROLL = 8  # iterations unrolled to measure the loop-carried recurrence
+
+
+@dataclass(frozen=True)
+class Edge:
+    src: int
+    dst: int
+    distance: int  # 0: within an iteration; 1: from the previous iteration
+    kind: str  # "register" | "address" (a register of the address) | "memory" (store -> load)
+
+
+def dependencies(operands: list[dict]) -> list[Edge]:
+    """Read-after-write edges: each read depends on the last write before it in
+    the block, or, when none, on the last write of the previous iteration.
+    Memory: a load depends on the last store through the same address expression."""
+    edges = []
+    for j, op in enumerate(operands):
+        address_regs = set(op["address"].split(",")) if op["address"] else set()
+        for reg in op["reads"]:
+            src = _last(operands, j, lambda o, reg=reg: reg in o["writes"])
+            if src is not None:
+                edges.append(Edge(src[0], j, src[1], "address" if reg in address_regs else "register"))
+        if op["may_load"] and op["address"]:
+            src = _last(operands, j, lambda o, address=op["address"]: o["may_store"] and o["address"] == address)
+            if src is not None:
+                edges.append(Edge(src[0], j, src[1], "memory"))
+    return edges
+
+
+def _last(operands: list[dict], j: int, writes) -> tuple[int, int] | None:
+    for i in range(j - 1, -1, -1):
+        if writes(operands[i]):
+            return i, 0
+    for i in range(len(operands) - 1, j - 1, -1):
+        if writes(operands[i]):
+            return i, 1
+    return None
+
+
+@dataclass
+class BatchGraph:
+    """The timed edges of a batch of blocks padded to ``width`` instructions, as
+    flat indices into the [B * width] instructions (sparse: a block has few edges)."""
+
+    src: torch.Tensor  # [E] producer (b * width + i)
+    dst: torch.Tensor  # [E] consumer (b * width + j)
+    carried: torch.Tensor  # [E] bool: from the previous iteration
+    register: torch.Tensor  # [E] bool: a register operand (ReadAdvance applies), not an address
+    depth: int  # the longest within-iteration chain of the batch, in edges
+    width: int
+
+
+@dataclass
+class BlockGraphs:
+    """The timed dependency graphs of many blocks; ``select`` makes a batch."""
+
+    edges: list[torch.Tensor]  # per block [E, 4]: src, dst, carried, register
+    sizes: list[int]  # instructions per block
+    depth: torch.Tensor  # per block: its longest within-iteration chain, in edges
+
+    @classmethod
+    def build(cls, edges: list[list[Edge]], sizes: list[int]) -> BlockGraphs:
+        """From each block's ``dependencies`` and instruction count."""
+        timed_edges, depth = [], []
+        for deps, n in zip(edges, sizes):
+            timed = [e for e in deps if e.kind != "memory"]
+            timed_edges.append(
+                torch.tensor(
+                    [[e.src, e.dst, e.distance, e.kind == "register"] for e in timed], dtype=torch.long
+                ).reshape(-1, 4)
+            )
+            longest = [0] * n
+            for e in sorted((e for e in timed if e.distance == 0), key=lambda e: e.dst):
+                longest[e.dst] = max(longest[e.dst], longest[e.src] + 1)
+            depth.append(max(longest, default=0))
+        return cls(timed_edges, list(sizes), torch.tensor(depth, dtype=torch.long))
+
+    def select(self, idx: list[int]) -> BatchGraph:
+        width = max(1, max(self.sizes[i] for i in idx))
+        shifted = [self.edges[i] + torch.tensor([b * width, b * width, 0, 0]) for b, i in enumerate(idx)]
+        e = torch.cat(shifted) if shifted else torch.zeros(0, 4, dtype=torch.long)
+        return BatchGraph(e[:, 0], e[:, 1], e[:, 2].bool(), e[:, 3].bool(), int(self.depth[idx].max()), width)
+
+
+def latency_bounds(
+    latency: torch.Tensor, advance: torch.Tensor, graph: BatchGraph
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(critical path of one iteration, loop-carried cycles per iteration) of each
+    block with unlimited resources; ``latency`` and ``advance`` are [B, width]
+    (padding zero). Differentiable almost everywhere."""
+    flat_lat = latency.reshape(-1)
+    weight = torch.relu(flat_lat[graph.src] - advance.reshape(-1)[graph.dst] * graph.register)  # [E]
+    same, carried = ~graph.carried, graph.carried
+
+    def relax(into: torch.Tensor, times: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """max(into[j], times[i] + w(i, j)) over the edges in ``mask``."""
+        return into.scatter_reduce(0, graph.dst[mask], times[graph.src[mask]] + weight[mask], "amax")
+
+    # Start times, iteration by iteration: what the previous iteration feeds in,
+    # then max-plus relaxation along the within-iteration edges, as many rounds as
+    # the longest chain has edges (exact for a DAG), vectorised over the batch.
+    prev, finish = None, []
+    for _ in range(UNROLL):
+        base = torch.zeros_like(flat_lat)
+        if prev is not None:
+            base = relax(base, prev, carried)
+        t = base
+        for _ in range(graph.depth):
+            t = relax(base, t, same)
+        prev = t
+        finish.append((prev.reshape(latency.shape) + latency).amax(1))
+    half = UNROLL // 2
+    return finish[0], (finish[-1] - finish[half - 1]) / (UNROLL - half)

@@ -1,0 +1,95 @@
+"""How good a prediction is: MAPE, Kendall tau, and the slices results are reported by
+(source application, ML kernel family, block length, memory use, bottleneck)."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+from scipy.stats import kendalltau
+
+
+def mape(predicted, measured) -> float:
+    """Mean absolute percentage error, as a fraction (0.25 = 25%)."""
+    p, m = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
+    if p.size == 0:
+        return float("nan")
+    return float(np.mean(np.abs(p - m) / m))
+
+
+def kendall_tau(predicted, measured) -> float:
+    p, m = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
+    if p.size < 2:
+        return float("nan")
+    return float(kendalltau(p, m).statistic)
+
+
+ML_FAMILIES = {"tensorflow": "tensorflow", "eigen": "eigen", "openblas": "openblas"}
+LENGTHS = [(1, 4), (5, 9), (10, 19), (20, 10**9)]
+
+
+def slices(blocks: pl.DataFrame, sources: pl.DataFrame, bottlenecks: pl.DataFrame | None = None) -> pl.DataFrame:
+    """(block_id, slice) memberships: all, source application, ML kernel family,
+    block length, memory vs register-only, and the bottleneck the block's
+    hardware features point to. ``blocks`` has block_id, n_insts, asm;
+    ``sources`` has block_id, app; ``bottlenecks`` block_id, bottleneck."""
+    parts = [blocks.select("block_id", pl.lit("all").alias("slice"))]
+    if not sources.is_empty():
+        parts.append(sources.select("block_id", (pl.lit("app:") + pl.col("app")).alias("slice")))
+        family = pl.lit(None, dtype=pl.Utf8)
+        for prefix, name in ML_FAMILIES.items():
+            family = pl.when(pl.col("app").str.starts_with(prefix)).then(pl.lit(name)).otherwise(family)
+        ml = sources.with_columns(family.alias("family")).filter(pl.col("family").is_not_null())
+        parts.append(ml.select("block_id", (pl.lit("ml:") + pl.col("family")).alias("slice")))
+        parts.append(ml.select("block_id", pl.lit("ml:all").alias("slice")))
+        parts.append(
+            blocks.join(ml.select("block_id"), on="block_id", how="anti").select(
+                "block_id", pl.lit("ml:none").alias("slice")
+            )
+        )
+    for lo, hi in LENGTHS:
+        label = f"len:{lo}-{hi}" if hi < 10**9 else f"len:{lo}+"
+        parts.append(
+            blocks.filter(pl.col("n_insts").is_between(lo, hi)).select("block_id", pl.lit(label).alias("slice"))
+        )
+    memory = pl.col("asm").str.contains(r"\(")
+    parts.append(
+        blocks.select(
+            "block_id", pl.when(memory).then(pl.lit("mem:memory")).otherwise(pl.lit("mem:register")).alias("slice")
+        )
+    )
+    if bottlenecks is not None and not bottlenecks.is_empty():
+        parts.append(
+            bottlenecks.join(blocks.select("block_id"), on="block_id").select(
+                "block_id", (pl.lit("bottleneck:") + pl.col("bottleneck")).alias("slice")
+            )
+        )
+    return pl.concat(parts).unique()
+
+
+def metrics_by_slice(
+    pred: pl.DataFrame, truth: pl.DataFrame, splits: pl.DataFrame, memberships: pl.DataFrame
+) -> pl.DataFrame:
+    """MAPE and Kendall tau per (split, slice). ``pred``: block_id, cycles;
+    ``truth``: block_id, cycles_per_100; ``splits``: block_id, split. Each group
+    is summed in block order, so the same inputs give the same bits in every process."""
+    joined = (
+        pred.join(truth, on="block_id")
+        .join(splits, on="block_id")
+        .join(memberships, on="block_id")
+        .filter(pl.col("cycles").is_not_null())
+        .sort(["split", "slice", "block_id"])
+    )
+    rows = []
+    for (split, slice_), group in joined.group_by(["split", "slice"], maintain_order=True):
+        rows.append(
+            {
+                "split": split,
+                "slice": slice_,
+                "n": group.height,
+                "mape": mape(group["cycles"], group["cycles_per_100"]),
+                "kendall_tau": kendall_tau(group["cycles"], group["cycles_per_100"]),
+            }
+        )
+    return pl.DataFrame(
+        rows, schema={"split": pl.Utf8, "slice": pl.Utf8, "n": pl.Int64, "mape": pl.Float64, "kendall_tau": pl.Float64}
+    ).sort(["split", "slice"])

@@ -1,0 +1,114 @@
+"""The simulated dataset: sampled tables named by (preset, seed), which blocks
+each is simulated on, which shard simulates it, and the simulated pairs as
+training tensors.
+
+Sampled tables are regenerated from ``(preset, seed)`` over a parameter space,
+as DiffTune did, so millions of samples stay small.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+import torch
+
+from difftune_pipeline.engine import Engine, ParamTable
+from difftune_pipeline.model.params import ParamSpace
+
+
+@dataclass(frozen=True)
+class SampledTable:
+    table_id: str
+    preset: str
+    seed: int
+
+
+def sampled_tables(space: ParamSpace, mcpu: str, presets, per_preset: int) -> list[SampledTable]:
+    return [
+        SampledTable(f"{preset}-{seed}-{mcpu}-{space.fingerprint()}", preset, seed)
+        for preset in presets
+        for seed in range(per_preset)
+    ]
+
+
+def shard_of(table_id: str, shards: int) -> int:
+    return int(hashlib.sha256(table_id.encode()).hexdigest()[:8], 16) % shards
+
+
+def planned_blocks(table: SampledTable, block_ids: list[str], per_table: int) -> list[str]:
+    """The blocks simulated under ``table``: all, or a fixed random subset."""
+    ordered = sorted(block_ids)
+    if per_table <= 0 or per_table >= len(ordered):
+        return ordered
+    rng = np.random.default_rng([table.seed, int(hashlib.sha256(table.table_id.encode()).hexdigest()[:8], 16)])
+    return sorted(rng.choice(ordered, size=per_table, replace=False).tolist())
+
+
+def simulate(
+    engine: Engine,
+    pairs: list[tuple[str, SampledTable]],
+    tables: dict[str, ParamTable],
+    blocks: dict[str, object],
+    iterations: int,
+    threads: int | None = None,
+) -> pl.DataFrame:
+    """(block, sampled table) pairs through the engine, as rows of ``simulations``
+    (less the shard); ``tables`` holds the regenerated table of each table id."""
+    block_ids = list(dict.fromkeys(b for b, _ in pairs))
+    table_ids = list(dict.fromkeys(t.table_id for _, t in pairs))
+    bpos = {b: i for i, b in enumerate(block_ids)}
+    tpos = {t: i for i, t in enumerate(table_ids)}
+    result = engine.simulate_pairs(
+        [blocks[b] for b in block_ids],
+        [tables[t] for t in table_ids],
+        [bpos[b] for b, _ in pairs],
+        [tpos[t.table_id] for _, t in pairs],
+        iterations=iterations,
+        threads=threads,
+    )
+    return pl.DataFrame(
+        {
+            "block_id": [b for b, _ in pairs],
+            "table_id": [t.table_id for _, t in pairs],
+            "mcpu": engine.mcpu,
+            "llvm_version": engine.llvm_version,
+            "iterations": iterations,
+            "cycles": [int(c) if s == "ok" else None for c, s in zip(result.cycles, result.status)],
+            "status": result.status,
+        },
+        schema_overrides={"cycles": pl.Int64, "iterations": pl.Int32},
+    )
+
+
+@dataclass
+class Pairs:
+    """Simulated (block, sampled table) pairs as tensors: what a surrogate trains on."""
+
+    block_ids: list[str]  # the blocks, in block_idx order
+    tables: torch.Tensor  # [T, rows + 1, P] raw parameter values; the last row is zeros (no row)
+    globals_: torch.Tensor  # [T, 2]
+    block_idx: torch.Tensor  # [N]
+    table_idx: torch.Tensor  # [N]
+    cycles: torch.Tensor  # [N] the engine's
+
+
+def training_pairs(
+    simulated: pl.DataFrame, space: ParamSpace, default: ParamTable, tables: list[SampledTable], block_ids: list[str]
+) -> Pairs:
+    """The pairs of ``simulated`` (block_id, table_id, cycles, ordered) over ``block_ids``."""
+    sims = simulated.filter(pl.col("block_id").is_in(list(block_ids)))
+    ids = sorted(set(sims["block_id"].to_list()))
+    bpos = {b: i for i, b in enumerate(ids)}
+    tpos = {t.table_id: i for i, t in enumerate(tables)}
+    encoded = [space.encode(space.sampled_table(t.preset, t.seed, default)) for t in tables]
+    return Pairs(
+        block_ids=ids,
+        tables=torch.tensor(np.stack([np.vstack([m, np.zeros((1, m.shape[1]), m.dtype)]) for m, _ in encoded])),
+        globals_=torch.tensor(np.stack([g for _, g in encoded])),
+        block_idx=torch.tensor([bpos[b] for b in sims["block_id"].to_list()]),
+        table_idx=torch.tensor([tpos[t] for t in sims["table_id"].to_list()]),
+        cycles=torch.tensor(sims["cycles"].to_numpy(), dtype=torch.float32),
+    )

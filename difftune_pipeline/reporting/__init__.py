@@ -1,0 +1,1 @@
+"""What users read: comparisons, figures and the HTML report."""

@@ -1,0 +1,130 @@
+"""The HTML report: per µarch, default against learned through the real engine,
+by slice (ML kernels set beside the rest), the predicted-vs-measured plot, the
+parameters that moved, and the surrogates behind them. Self-contained: plots
+are inlined, so the file can be mailed or archived."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+
+from difftune_pipeline.reporting import plots
+from difftune_pipeline.reporting.compare import changed_parameters, compare, predicted_vs_measured
+from difftune_pipeline.warehouse import queries
+
+# The GPGPU-Sim validation on ML workloads (Khairy et al.) reports the simulator
+# within this error of hardware; the report sets the ML-kernel slices beside it.
+GPGPU_SIM_ML_ERROR = 0.18
+
+STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:75em}table{border-collapse:collapse;margin:1em 0}
+td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}
+.worse{background:#fde2e2}img{max-width:100%}"""
+
+
+def table_html(frame: pl.DataFrame, highlight: str | None = None) -> str:
+    """A frame as an HTML table; rows where boolean column ``highlight`` is true are marked."""
+
+    def cell(v):
+        return "" if v is None else f"{v:.4g}" if isinstance(v, float) else html.escape(str(v))
+
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in frame.columns)
+    rows = []
+    for row in frame.iter_rows(named=True):
+        cls = ' class="worse"' if highlight and row.get(highlight) else ""
+        rows.append(f"<tr{cls}>" + "".join(f"<td>{cell(v)}</td>" for v in row.values()) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _pct(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.with_columns((pl.col("^.*_mape$") * 100).round(2)).rename(
+        {c: c + "_pct" for c in frame.columns if c.endswith("_mape")}
+    )
+
+
+def uarch_section(db, uarch: str, learned_id: str, default_id: str) -> str:
+    evals = queries.evaluations(db, uarch, [default_id, learned_id])
+    if evals.is_empty():
+        return f"<h2>{html.escape(uarch)}</h2><p>Not evaluated yet: materialise <code>evaluation</code>.</p>"
+    table = _pct(compare(evals, default_id, learned_id))
+    test = table.filter(pl.col("split") == "test")
+    overall = test.filter(pl.col("slice").is_in(["all"]))
+    ml = test.filter(pl.col("slice").str.starts_with("ml:")).with_columns(
+        (pl.col("learned_mape_pct") <= 100 * GPGPU_SIM_ML_ERROR).alias("within_gpgpu_sim_18pct")
+    )
+    worse = test.filter(pl.col("worse"))["slice"].to_list()
+    note = queries.table_note(db, learned_id)
+    tuner = json.loads(note).get("tuner", "surrogate") if note else "unknown"
+    parts = [
+        f"<h2>-mcpu={html.escape(uarch)}</h2>",
+        f"<p>default table <code>{html.escape(default_id)}</code>, learned table <code>{html.escape(learned_id)}</code>"
+        f" (tuner: {html.escape(tuner)})."
+        " Every figure is the real engine (llvm-mca's library) at 100 iterations against measured cycles per 100"
+        " iterations.</p>",
+        "<h3>Overall</h3>",
+        table_html(table.filter(pl.col("slice") == "all"), "worse"),
+    ]
+    if overall.height:
+        parts.append(
+            f"<p>Slices of test made worse by the learned table: {html.escape(', '.join(worse) or 'none')}.</p>"
+        )
+    png = scatter_png(db, uarch, default_id, learned_id)
+    if png is not None:
+        parts.append(f'<img alt="predicted vs measured" src="data:image/png;base64,{base64.b64encode(png).decode()}">')
+    parts += [
+        "<h3>ML workloads</h3>",
+        f"<p>Blocks from TensorFlow, Eigen and OpenBLAS against the rest (<code>ml:none</code>), beside the "
+        f"{100 * GPGPU_SIM_ML_ERROR:g}% error the GPGPU-Sim validation reports on ML workloads.</p>",
+        table_html(ml, "worse") if ml.height else "<p>No block of the test split comes from an ML kernel.</p>",
+        "<h3>By slice (test)</h3>",
+        table_html(test, "worse"),
+    ]
+    learned, default = queries.load_table(db, learned_id), queries.load_table(db, default_id)
+    parts += ["<h3>Parameters that moved most</h3>", table_html(changed_parameters(default, learned))]
+    return "\n".join(parts)
+
+
+def scatter_png(db, uarch: str, default_id: str, learned_id: str) -> bytes | None:
+    """Engine cycles of both tables against measured cycles on test, or None before evaluation."""
+    scatter = predicted_vs_measured(db, uarch, {"default": default_id, "learned": learned_id})
+    return plots.predicted_vs_measured(scatter, f"-mcpu={uarch}, test blocks") if scatter.height else None
+
+
+def write_scatter(db, uarch: str, default_id: str, learned_id: str) -> tuple[bytes, Path] | None:
+    """The scatter as ``reports/predicted_vs_measured-<µarch>.png`` beside the warehouse."""
+    png = scatter_png(db, uarch, default_id, learned_id)
+    if png is None:
+        return None
+    path = Path(db).parent / "reports" / f"predicted_vs_measured-{uarch}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(png)
+    return png, path
+
+
+def build(db, out: Path) -> Path:
+    """Write the report for every µarch with a learned table; returns the path."""
+    learned = queries.latest_learned_per_mcpu(db)
+    if learned.is_empty():
+        raise ValueError(f"no learned table in {db}: materialise learned_params and evaluation first")
+    runs = queries.surrogate_summary(db)
+    sections = [uarch_section(db, r["mcpu"], r["table_id"], r["parent_id"]) for r in learned.iter_rows(named=True)]
+    body = "\n".join(
+        [
+            "<h1>difftune-pipeline report</h1>",
+            f"<p>Warehouse <code>{html.escape(str(db))}</code>, written {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.</p>",
+            *sections,
+            "<h2>Surrogates</h2>",
+            table_html(runs),
+        ]
+    )
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>difftune-pipeline report</title>"
+        f"<style>{STYLE}</style></head><body>{body}</body></html>"
+    )
+    return out

@@ -1,0 +1,20 @@
+"""The quality gates over the warehouse: each reads what it judges and returns
+``quality.Verdict``; the Dagster layer turns verdicts into blocking checks."""
+
+from __future__ import annotations
+
+from difftune_pipeline import quality
+from difftune_pipeline.engine import Engine
+from difftune_pipeline.engine.reference import llvm_mca_many
+from difftune_pipeline.warehouse import queries
+
+
+def measurement_sanity(db, batch_ids: list[str]) -> quality.Verdict:
+    return quality.measurement_sanity(queries.batch_sanity(db, batch_ids, quality.MAX_IPC), batch_ids)
+
+
+def engine_exactness(db, engine: Engine) -> quality.Verdict:
+    """The engine against the ``llvm-mca`` binary on 40 measured blocks, default table."""
+    return quality.engine_exactness(
+        engine, queries.exactness_sample(db, engine.mcpu), lambda blocks: llvm_mca_many(blocks, engine.mcpu)
+    )

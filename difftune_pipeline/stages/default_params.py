@@ -1,0 +1,14 @@
+"""LLVM's own table for the µarch: every opcode, plus the variant resolutions
+of the measured blocks."""
+
+from __future__ import annotations
+
+from difftune_pipeline.stages.context import StageContext
+from difftune_pipeline.warehouse import queries, writer
+
+
+def default_params(ctx: StageContext) -> dict:
+    table_id, table = ctx.default_table()
+    with writer(ctx.db) as con:
+        new = queries.save_table(con, table_id, table, kind="default", note="LLVM's scheduling model")
+    return {"table_id": table_id, "rows": len(table.rows), "new": new}

@@ -1,0 +1,76 @@
+"""Default and learned tables through the real engine on val and test:
+predictions and per-slice metrics, stored once per (table, µarch)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from difftune_pipeline.model.metrics import metrics_by_slice, slices
+from difftune_pipeline.reporting.compare import changed_parameters, compare
+from difftune_pipeline.reporting.report import write_scatter
+from difftune_pipeline.stages.context import StageContext
+from difftune_pipeline.warehouse import insert_new, queries, writer
+
+
+def evaluate(ctx: StageContext, table_ids: list[str]) -> pl.DataFrame:
+    """The ``evaluations`` rows of ``table_ids``, evaluating those not stored yet."""
+    (val_frame, val_blocks), (test_frame, test_blocks) = ctx.blocks("val"), ctx.blocks("test")
+    frame, blocks = pl.concat([val_frame, test_frame]), {**val_blocks, **test_blocks}
+    memberships = slices(
+        frame.select("block_id", "n_insts", "asm"),
+        queries.block_sources(ctx.db),
+        queries.bottlenecks(ctx.db, ctx.default_table()[0]),
+    )
+    iterations = ctx.settings.iterations
+    for table_id in table_ids:
+        if queries.evaluated(ctx.db, table_id, ctx.uarch):
+            continue
+        table = queries.load_table(ctx.db, table_id)
+        result = ctx.engine.simulate([blocks[b] for b in frame["block_id"]], table, iterations=iterations)
+        pred = pl.DataFrame(
+            {
+                "table_id": table_id,
+                "block_id": frame["block_id"],
+                "iterations": iterations,
+                "cycles": [int(c) if ok else None for c, ok in zip(result.cycles, result.ok)],
+                "status": result.status,
+            },
+            schema_overrides={"cycles": pl.Int64, "iterations": pl.Int32},
+        )
+        metrics = metrics_by_slice(
+            pred.select("block_id", "cycles"),
+            frame.select("block_id", "cycles_per_100"),
+            frame.select("block_id", "split"),
+            memberships,
+        )
+        with writer(ctx.db) as con:
+            insert_new(con, "predictions", pred, ["table_id", "block_id", "iterations"])
+            insert_new(
+                con,
+                "evaluations",
+                metrics.with_columns(
+                    pl.lit(table_id).alias("table_id"),
+                    pl.lit(ctx.uarch).alias("uarch"),
+                    pl.lit(queries.now()).alias("evaluated_at"),
+                ),
+                ["table_id", "uarch", "split", "slice"],
+            )
+    return queries.evaluations(ctx.db, ctx.uarch, table_ids)
+
+
+def evaluate_latest(ctx: StageContext) -> dict:
+    """The default and the newest learned table compared per (split, slice), the
+    parameters that moved most, and the predicted-vs-measured figure (also written
+    under ``reports/``)."""
+    default_id, default = ctx.default_table()
+    learned_id = queries.latest_learned(ctx.db, ctx.uarch)
+    if learned_id is None:
+        raise ValueError(f"no learned table for {ctx.uarch}: materialise learned_params first")
+    comparison = compare(evaluate(ctx, [default_id, learned_id]), default_id, learned_id)
+    return {
+        "default_id": default_id,
+        "learned_id": learned_id,
+        "comparison": comparison,
+        "changed": changed_parameters(default, queries.load_table(ctx.db, learned_id)),
+        "scatter": write_scatter(ctx.db, ctx.uarch, default_id, learned_id),
+    }

@@ -1,0 +1,92 @@
+"""The learned table: the configured tuners (``Settings.tuner``) against the
+train measurements, selected on val with the real engine."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+
+from difftune_pipeline.engine import ParamTable
+from difftune_pipeline.model.params import ParamSpace
+from difftune_pipeline.stages.context import CODE_VERSIONS, StageContext, fingerprint
+from difftune_pipeline.stages.surrogate import latest_surrogate
+from difftune_pipeline.tuners import Problem, SurrogateView, Tuner, compose, run
+from difftune_pipeline.warehouse import queries, writer
+
+
+def learn(ctx: StageContext, log=print) -> dict:
+    """Learns only when the measurements, the surrogate, the tuners' settings or
+    the code changed. Returns the table id and the val MAPE of the default and
+    learned tables (the ``no_worse_than_default`` check reads them)."""
+    settings = ctx.settings
+    tuners = compose(settings.tuner, settings.tune, settings.search)
+    surrogate_run, view = _surrogate(ctx, tuners)
+    run_id = surrogate_run and surrogate_run["run_id"]
+    table_id = f"learned-{ctx.uarch}-" + fingerprint(
+        CODE_VERSIONS["learned_params"],
+        run_id,
+        queries.measurement_totals(ctx.db, ctx.uarch),
+        settings.tuner,
+        *[t.config for t in tuners],
+    )
+    default_id, default = ctx.default_table()
+    if queries.table_exists(ctx.db, table_id):
+        stored = json.loads(queries.table_note(ctx.db, table_id) or "{}").get("val_mape")
+        figures = stored or _val_figures(ctx, default, queries.load_table(ctx.db, table_id))
+        return {"table_id": table_id, "reused": True, **figures}
+    train_frame, train_blocks = ctx.blocks("train")
+    problem = Problem(
+        ctx.engine,
+        [train_blocks[b] for b in train_frame["block_id"]],
+        train_frame["cycles_per_100"].to_numpy(),
+        default,
+        lambda t: ctx.score(t, "val")[0],
+        view,
+        log,
+    )
+    t0 = time.perf_counter()
+    best, history = run(tuners, problem)
+    seconds = time.perf_counter() - t0
+    figures = _val_figures(ctx, default, best)
+    note = {
+        "tuner": settings.tuner,
+        "surrogate": run_id,
+        "tune": asdict(settings.tune),
+        "search": asdict(settings.search),
+        "history": history,
+        "seconds": seconds,
+        "val_mape": figures,
+    }
+    with writer(ctx.db) as con:
+        queries.save_table(
+            con,
+            table_id,
+            best,
+            kind="learned",
+            parent_id=default_id,
+            space_id=view and view.space.fingerprint(),
+            note=json.dumps(note),
+        )
+    return {
+        "table_id": table_id,
+        "reused": False,
+        "history": history,
+        "seconds": seconds,
+        "changed_rows": len(best.changed_rows(default)),
+        **figures,
+    }
+
+
+def _surrogate(ctx: StageContext, tuners: list[Tuner]) -> tuple[dict | None, SurrogateView | None]:
+    """The newest surrogate's run and its predictor over the train blocks, if a tuner needs one."""
+    if not any(t.needs_surrogate for t in tuners):
+        return None, None
+    surrogate_run, surrogate = latest_surrogate(ctx)
+    train_frame, train_blocks = ctx.blocks("train")
+    predict = surrogate.predictor([train_blocks[b] for b in train_frame["block_id"]])
+    return surrogate_run, SurrogateView(predict, ParamSpace.create(surrogate.row_keys, ctx.engine))
+
+
+def _val_figures(ctx: StageContext, default: ParamTable, learned: ParamTable) -> dict:
+    return {"default_val_mape": ctx.score(default, "val")[0], "learned_val_mape": ctx.score(learned, "val")[0]}

@@ -1,0 +1,72 @@
+"""The surrogate trained on the simulations (``Settings.surrogate_model``): a
+checkpoint under ``warehouse/models/`` and a row in ``surrogate_runs``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import polars as pl
+
+from difftune_pipeline.model.sampling import training_pairs
+from difftune_pipeline.stages.context import CODE_VERSIONS, StageContext, fingerprint
+from difftune_pipeline.surrogates import Surrogate, surrogate_type
+from difftune_pipeline.warehouse import insert_new, queries, writer
+
+
+def train_surrogate(ctx: StageContext, log=print) -> dict:
+    """Trains only when the simulations, the configuration or the code changed."""
+    settings = ctx.settings
+    kind = surrogate_type(settings.surrogate_model)
+    space, default, train_blocks = ctx.space()
+    tables = ctx.sampled_tables(space)
+    table_ids = [t.table_id for t in tables]
+    run_id = "surrogate-" + fingerprint(
+        CODE_VERSIONS["surrogate"],
+        space.fingerprint(),
+        queries.simulation_totals(ctx.db, table_ids),
+        settings.surrogate_model,
+        settings.surrogate_config,
+        settings.iterations,
+    )
+    done = queries.surrogate_run(ctx.db, run_id)
+    if done is not None and Path(done["checkpoint"]).exists():
+        return {**done, "reused": True}
+    pairs = training_pairs(
+        queries.simulated_cycles(ctx.db, settings.iterations, table_ids), space, default, tables, list(train_blocks)
+    )
+    if len(pairs.cycles) == 0:
+        raise ValueError("no simulations to train on: materialise the simulations first")
+    surrogate = kind.create(
+        list(space.keys), settings.surrogate_config, list(train_blocks.values()), ctx.engine.resources()
+    )
+    report = surrogate.fit([train_blocks[b] for b in pairs.block_ids], pairs, log=log)
+    path = ctx.models_dir / f"{run_id}.pt"
+    surrogate.save(path)
+    row = {
+        "run_id": run_id,
+        "mcpu": ctx.uarch,
+        "model": kind.kind,
+        "checkpoint": str(path),
+        "n_train": report["n_train"],
+        "n_heldout": report["n_heldout"],
+        "heldout_mape": report["heldout_mape"],
+        "heldout_kendall_tau": report["heldout_kendall_tau"],
+        "train_seconds": report["train_seconds"],
+        "config": json.dumps(asdict(settings.surrogate_config)),
+        "created_at": queries.now(),
+    }
+    with writer(ctx.db) as con:
+        insert_new(con, "surrogate_runs", pl.DataFrame([row]), ["run_id"])
+    return {**row, "reused": False}
+
+
+def latest_surrogate(ctx: StageContext) -> tuple[dict, Surrogate]:
+    """The newest trained surrogate of this µarch and the configured model, loaded.
+    New measurements re-tune through it until the next full re-tune trains a new one."""
+    model = ctx.settings.surrogate_model
+    for run in queries.surrogate_runs(ctx.db, ctx.uarch, model):
+        if Path(run["checkpoint"]).exists():
+            return run, surrogate_type(model).load(run["checkpoint"])
+    raise ValueError(f"no trained {model} surrogate for {ctx.uarch}: materialise the surrogate first")

@@ -1,0 +1,160 @@
+"""What every surrogate shares: the training pairs, one held-out split, one fit
+loop, one MAPE, one save/load and one predictor for tuning. A model supplies
+only what is its own: its inputs per block, its network, its forward pass over
+(block, table) pairs, and how it batches them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from difftune_pipeline.model.metrics import kendall_tau
+from difftune_pipeline.model.sampling import Pairs
+
+# predict(table matrix [rows, P], globals [2], block indices) -> cycles of those blocks under the table
+Predict = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def mape_loss(pred: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+    """Mean absolute percentage error (a fraction): the loss of training and tuning."""
+    return ((pred - truth).abs() / truth).mean()
+
+
+def heldout_blocks(n_blocks: int, block_idx: torch.Tensor, fraction: float, rng: np.random.Generator) -> torch.Tensor:
+    """[N] bool: the pairs of a random ``fraction`` of the blocks (at least one), never trained on."""
+    held = set(rng.choice(n_blocks, size=max(1, int(n_blocks * fraction)), replace=False).tolist())
+    return torch.tensor([int(b) in held for b in block_idx.tolist()])
+
+
+class Surrogate:
+    """A differentiable model of the engine: cycles of a block under a parameter table.
+
+    A subclass names itself (``kind``), its configuration type (with ``lr``,
+    ``heldout_fraction``, ``seed`` and ``threads``), and supplies the methods
+    marked *model*; the rest is shared.
+    """
+
+    kind: ClassVar[str]
+    max_epochs: int
+    seconds: float = math.inf  # training time limit
+    clip: float | None = None  # gradient-norm clipping
+    eval_batch: int = 4096  # pairs per forward pass when measuring fidelity
+
+    def __init__(self, row_keys: list[str], config, model: nn.Module | None = None):
+        self.row_keys, self.config, self.model = list(row_keys), config, model
+        self.row_index = {k: i for i, k in enumerate(self.row_keys)}
+
+    # ---- model --------------------------------------------------------------
+    def inputs(self, blocks: list):
+        """The per-block tensors the forward pass reads, for engine ``blocks``."""
+        raise NotImplementedError
+
+    def build_model(self, pairs: Pairs, train: torch.Tensor) -> nn.Module:
+        """A fresh network (``train``: the pairs it will be trained on)."""
+        raise NotImplementedError
+
+    def forward(self, inputs, pairs: Pairs, samples: torch.Tensor) -> torch.Tensor:
+        """Predicted cycles of pairs ``samples``."""
+        raise NotImplementedError
+
+    def epoch(self, inputs, pairs: Pairs, train: torch.Tensor, rng: np.random.Generator) -> Iterator[torch.Tensor]:
+        """The batches (pair indices) of one epoch over the pairs where ``train`` is true."""
+        raise NotImplementedError
+
+    def predict_fn(self, inputs) -> Predict:
+        """``predict`` over ``inputs`` with the model frozen."""
+        raise NotImplementedError
+
+    def checkpoint(self) -> dict:
+        """What, besides the weights, rebuilds the network."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_checkpoint(cls, data: dict) -> Surrogate:
+        raise NotImplementedError
+
+    # ---- shared -------------------------------------------------------------
+    def fit(self, blocks: list, pairs: Pairs, log=print) -> dict:
+        """Train on the pairs of all but a held-out fraction of the blocks (the
+        engine ``blocks`` of ``pairs.block_ids``); report the held-out fidelity
+        (MAPE and Kendall tau against the engine)."""
+        config = self.config
+        torch.manual_seed(config.seed)
+        torch.set_num_threads(config.threads)
+        rng = np.random.default_rng(config.seed)
+        inputs = self.inputs(blocks)
+        is_held = heldout_blocks(len(pairs.block_ids), pairs.block_idx, config.heldout_fraction, rng)
+        self.model = self.build_model(pairs, ~is_held)
+        optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
+        t0, epochs = time.perf_counter(), 0
+        while epochs < self.max_epochs and time.perf_counter() - t0 < self.seconds:
+            self.model.train()
+            losses = []
+            for samples in self.epoch(inputs, pairs, ~is_held, rng):
+                loss = mape_loss(self.forward(inputs, pairs, samples), pairs.cycles[samples])
+                optimizer.zero_grad()
+                loss.backward()
+                if self.clip is not None:
+                    nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+                optimizer.step()
+                losses.append(loss.item())
+                if time.perf_counter() - t0 > self.seconds:
+                    break
+            epochs += 1
+            log(f"{self.kind} surrogate epoch {epochs}: train MAPE {100 * np.mean(losses):.2f}%")
+        seconds = time.perf_counter() - t0
+        self.model.eval()
+        held = torch.nonzero(is_held).squeeze(-1)
+        with torch.no_grad():
+            pred = (
+                torch.cat([self.forward(inputs, pairs, s) for s in held.split(self.eval_batch)])
+                if len(held)
+                else torch.zeros(0)
+            )
+        truth = pairs.cycles[held]
+        return {
+            "train_seconds": seconds,
+            "epochs": epochs,
+            "n_train": int((~is_held).sum()),
+            "n_heldout": int(len(held)),
+            "heldout_mape": float(mape_loss(pred, truth)) if len(held) else float("nan"),
+            "heldout_kendall_tau": kendall_tau(pred.numpy(), truth.numpy()) if len(held) > 1 else float("nan"),
+        }
+
+    def predictor(self, blocks: list) -> Predict:
+        """``predict(matrix, globals, idx)``: cycles of ``blocks[idx]`` under one table,
+        differentiable in the table (for tuning; the model is frozen)."""
+        self.model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        with torch.no_grad():
+            inputs = self.inputs(blocks)
+        return self.predict_fn(inputs)
+
+    def save(self, path: str | Path) -> None:
+        torch.save(
+            {
+                "state": self.model.state_dict(),
+                "rows": self.row_keys,
+                "config": asdict(self.config),
+                **self.checkpoint(),
+            },
+            path,
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> Surrogate:
+        data = torch.load(path, weights_only=False)
+        surrogate = cls.from_checkpoint(data)
+        surrogate.model.load_state_dict(data["state"])
+        surrogate.model.eval()
+        return surrogate

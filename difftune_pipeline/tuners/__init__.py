@@ -1,0 +1,24 @@
+"""Tuners and the composition the configuration names. Adding a tuner is a
+module with a class that has ``tune(start, problem)`` and a line in ``TUNERS``."""
+
+from collections.abc import Callable
+
+from difftune_pipeline.tuners.base import Problem, SurrogateView, Tuner, run
+from difftune_pipeline.tuners.gradient import SurrogateTuner, TuneConfig
+from difftune_pipeline.tuners.search import DirectSearch, SearchConfig
+
+# name -> the tuners it runs, one after the other, from (tune config, search config)
+TUNERS: dict[str, Callable[[TuneConfig, SearchConfig], list[Tuner]]] = {
+    "surrogate": lambda tune, search: [SurrogateTuner(tune)],
+    "direct": lambda tune, search: [DirectSearch(search)],
+    "combined": lambda tune, search: [SurrogateTuner(tune), DirectSearch(search, proposals="surrogate")],
+}
+
+
+def compose(name: str, tune: TuneConfig, search: SearchConfig) -> list[Tuner]:
+    if name not in TUNERS:
+        raise ValueError(f"unknown tuner {name!r}: one of {tuple(TUNERS)}")
+    return TUNERS[name](tune, search)
+
+
+__all__ = ["TUNERS", "Problem", "SurrogateView", "Tuner", "compose", "run"]

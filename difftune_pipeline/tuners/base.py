@@ -1,0 +1,57 @@
+"""The tuner interface: a start table in, a better table and its history out.
+
+A ``Problem`` holds what tuning is judged against: the train blocks and their
+measured throughputs, the engine and LLVM's table, the engine's error on val
+(the selection criterion; test is never looked at), and, when a tuner needs it,
+a frozen surrogate over the train blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+import numpy as np
+
+from difftune_pipeline.engine import Engine, ParamTable
+from difftune_pipeline.model.params import ParamSpace
+from difftune_pipeline.surrogates import Predict
+
+
+@dataclass
+class SurrogateView:
+    """A frozen surrogate's predictor over the train blocks, in its parameter space."""
+
+    predict: Predict
+    space: ParamSpace
+
+
+@dataclass
+class Problem:
+    engine: Engine
+    blocks: list  # the train blocks
+    measured: np.ndarray  # their measured cycles per 100 iterations
+    default: ParamTable  # LLVM's table
+    score: Callable[[ParamTable], float]  # engine MAPE on val, lower is better
+    surrogate: SurrogateView | None = None
+    log: Callable[[str], None] = print
+
+
+class Tuner(Protocol):
+    stage: ClassVar[str]  # its name in the history
+    needs_surrogate: ClassVar[bool]
+    config: object  # what its result depends on (part of the learned table's id)
+
+    def tune(self, start: ParamTable, problem: Problem) -> tuple[ParamTable, list[dict]]:
+        """The best table on ``problem.score`` it finds from ``start``, and what it did."""
+        ...
+
+
+def run(tuners: list[Tuner], problem: Problem) -> tuple[ParamTable, list[dict]]:
+    """Each tuner starts from the table the previous one returned (the first from LLVM's)."""
+    best, history = problem.default, []
+    for tuner in tuners:
+        best, steps = tuner.tune(best, problem)
+        history += [{"stage": tuner.stage, **h} for h in steps]
+    return best, history

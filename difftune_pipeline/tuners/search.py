@@ -1,0 +1,302 @@
+"""The direct-search tuner: coordinate descent over per-opcode parameters on the engine itself.
+
+Each move changes one parameter row (latency of every def, µops, one
+ReadAdvance entry, the cycles of one resource the row uses) and is scored by
+simulating only the train blocks that contain that row, so a move costs as
+many simulations as the row has blocks, not the whole train set. The loss is
+the train MAPE, kept exact: accepting a move re-simulates all of the row's
+blocks. Rows are visited by the error they carry; after each round the table
+is scored on val and the best table on val wins (test is never looked at).
+
+``propose`` lets another model (a surrogate's gradient) choose the moves; the
+engine still accepts or refuses them: the combination of the two.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from difftune_pipeline.engine import Engine, ParamTable
+from difftune_pipeline.engine.table import canonical_row
+from difftune_pipeline.tuners.base import Problem
+from difftune_pipeline.tuners.gradient import gradient
+
+Proposer = Callable[[str, dict], list]
+FAILED_ERROR = 10.0  # a block the engine refuses under a table counts as 1000% off
+
+
+@dataclass
+class SearchConfig:
+    budget: int = 30_000  # block simulations, every round together
+    rounds: int = 3
+    min_blocks: int = 2  # rows in fewer train blocks are left alone (they would only overfit)
+    max_moves_per_row: int = 3  # accepted moves on one row per visit
+    sample_blocks: int = 150  # a move is judged on at most this many of the row's blocks
+    halving: bool = False  # also try halving values >= 4: reaches far-off values (znver1's 100-cycle placeholders)
+    seed: int = 0
+
+
+def moves(row: dict, halving: bool = False) -> list[tuple[str, int, dict]]:
+    """Unit steps from ``row`` (and, with ``halving``, halving any value >= 4):
+    (column of ``ParamSpace.columns``, step, new row) over the resources the row
+    lists. Giving cycles to a listed resource at 0 that partially overlaps one in
+    use is refused by the engine: such a move fails its blocks and is never accepted."""
+    out = []
+    half = lambda v: [v // 2 - v] if halving and v >= 4 else []  # noqa: E731
+    uses_ports = any(c > 0 for c in row["ports"].values())  # then µops must stay ≥ 1
+    for d in [-1, 1, 2] + half(row["latency"][0] if row["latency"] else 0):
+        lat = [v + d for v in row["latency"]]
+        if row["latency"] and min(lat) >= 0:
+            out.append(("latency", d, {**row, "latency": lat}))
+    for d in [-1, 1] + half(row["uops"]):
+        uops = row["uops"] + d
+        if uops >= (1 if uses_ports else 0):
+            out.append(("uops", d, {**row, "uops": uops}))
+    for i, (use, write, cycles) in enumerate(row["read_advance"]):
+        for d in (-1, 1):
+            ra = [list(e) for e in row["read_advance"]]
+            ra[i] = [use, write, cycles + d]
+            out.append((f"read_advance[{use}]", d, {**row, "read_advance": ra}))
+    for res, cycles in row["ports"].items():
+        for d in [-1, 1] + half(cycles):
+            if cycles + d >= 0:
+                out.append((f"port:{res}", d, {**row, "ports": {**row["ports"], res: cycles + d}}))
+    return [(column, d, canonical_row(r)) for column, d, r in out]
+
+
+def gradient_proposer(grad: dict[str, np.ndarray], columns: list[str], top: int = 3, halving: bool = False):
+    """Moves ranked by the gain a surrogate's gradient predicts (``-grad · step``),
+    the ``top`` best with a positive predicted gain: the surrogate proposes, the
+    engine decides."""
+    col = {c: i for i, c in enumerate(columns)}
+
+    def propose(key: str, row: dict) -> list[tuple[str, int, dict]]:
+        g = grad.get(key)
+        if g is None:
+            return []
+        scored = [(-g[col[c]] * d, c, d, r) for c, d, r in moves(row, halving) if c in col]
+        return [(c, d, r) for gain, c, d, r in sorted(scored, key=lambda x: -x[0])[:top] if gain > 0]
+
+    return propose
+
+
+class Search:
+    """The state of a search: the rows changed so far and the train errors under them."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        blocks: list,
+        measured: np.ndarray,
+        default: ParamTable,
+        config: SearchConfig,
+        start: ParamTable | None = None,
+    ):
+        self.engine, self.blocks, self.default, self.config = engine, blocks, default, config
+        self.measured = np.asarray(measured, dtype=float)
+        start = start or default
+        self.changes = {k: r for k, r in start.rows.items() if default.rows.get(k) != r}
+        self.globals = dict(start.globals)
+        self.rng = np.random.default_rng(config.seed)
+        self.spent = 0
+        index: dict[str, list[int]] = {}
+        for b, block in enumerate(blocks):
+            for key in set(block.row_keys):
+                if key in default.rows:
+                    index.setdefault(key, []).append(b)
+        self.index = {k: np.array(v) for k, v in index.items() if len(v) >= config.min_blocks}
+        self.signed = self._errors(np.arange(len(blocks)), [self.table()])[0]  # (pred - truth) / truth
+
+    def table(self, extra: dict | None = None, globals_: dict | None = None) -> ParamTable:
+        """The current table, sparse: only changed rows (absent rows keep LLVM's values)."""
+        rows = {**self.changes, **(extra or {})}
+        return ParamTable(self.default.mcpu, self.default.llvm_version, dict(globals_ or self.globals), rows)
+
+    def full_table(self) -> ParamTable:
+        return ParamTable(
+            self.default.mcpu, self.default.llvm_version, dict(self.globals), {**self.default.rows, **self.changes}
+        )
+
+    @property
+    def error(self) -> np.ndarray:
+        return np.abs(self.signed)
+
+    def _errors(self, idx: np.ndarray, tables: list[ParamTable]) -> np.ndarray:
+        """[tables, len(idx)] signed relative errors of the blocks ``idx`` (a
+        block the engine refuses counts as ``FAILED_ERROR`` off)."""
+        n = len(idx)
+        result = self.engine.simulate_pairs(
+            self.blocks, tables, np.tile(idx, len(tables)), np.repeat(np.arange(len(tables)), n)
+        )
+        self.spent += n * len(tables)
+        truth = np.tile(self.measured[idx], len(tables))
+        err = np.where(result.ok, (result.cycles - truth) / truth, FAILED_ERROR)
+        return err.reshape(len(tables), n)
+
+    def directed(self, key: str, row: dict) -> list[tuple[str, int, dict]]:
+        """The unit moves that push the row's blocks the way their error asks:
+        smaller latencies, µops and port cycles (larger ReadAdvance) where the
+        engine predicts too many cycles, the opposite where too few."""
+        too_slow = self.signed[self.index[key]].mean() > 0
+        return [
+            (c, d, r)
+            for c, d, r in moves(row, self.config.halving)
+            if ((d > 0) if c.startswith("read_advance") else (d < 0)) == too_slow
+        ]
+
+    def improve_row(self, key: str, propose: Proposer | None = None) -> list[str]:
+        """Greedy moves on one row while they lower the train error; returns the accepted labels."""
+        accepted = []
+        idx_all = self.index[key]
+        for _ in range(self.config.max_moves_per_row):
+            row = self.changes.get(key, self.default.rows[key])
+            candidates = propose(key, row) if propose else self.directed(key, row)
+            if not candidates:
+                break
+            idx = (
+                idx_all
+                if len(idx_all) <= self.config.sample_blocks
+                else np.sort(self.rng.choice(idx_all, self.config.sample_blocks, replace=False))
+            )
+            if self.spent + len(idx) * len(candidates) > self.config.budget:
+                break
+            errs = self._errors(idx, [self.table({key: r}) for _, _, r in candidates])
+            gain = self.error[idx].sum() - np.abs(errs).sum(axis=1)
+            best = int(np.argmax(gain))
+            if gain[best] <= 1e-9:
+                break
+            column, step, row = candidates[best]
+            if len(idx) < len(idx_all):  # judged on a sample: confirm on every block of the row
+                full = self._errors(idx_all, [self.table({key: row})])[0]
+                if np.abs(full).sum() >= self.error[idx_all].sum():
+                    break
+                self.signed[idx_all] = full
+            else:
+                self.signed[idx] = errs[best]
+            self.changes[key] = row
+            accepted.append(f"{key} {column}{step:+d}")
+        return accepted
+
+    def improve_globals(self) -> list[str]:
+        """Dispatch width and reorder buffer, each judged on every train block."""
+        everything = np.arange(len(self.blocks))
+        options = [("dispatch_width", d) for d in (-1, 1)] + [("micro_op_buffer_size", d) for d in (-16, 16)]
+        candidates = [
+            (f"{g}{d:+d}", {**self.globals, g: self.globals[g] + d})
+            for g, d in options
+            if self.globals[g] + d >= (1 if g == "dispatch_width" else 2)
+        ]
+        if self.spent + len(everything) * len(candidates) > self.config.budget:
+            return []
+        errs = self._errors(everything, [self.table(globals_=g) for _, g in candidates])
+        gain = self.error.sum() - np.abs(errs).sum(axis=1)
+        best = int(np.argmax(gain))
+        if gain[best] <= 1e-9:
+            return []
+        self.globals = candidates[best][1]
+        self.signed = errs[best]
+        return [candidates[best][0]]
+
+    @property
+    def train_mape(self) -> float:
+        return float(self.error.mean())
+
+
+def search(
+    engine: Engine,
+    blocks: list,
+    measured: np.ndarray,
+    default: ParamTable,
+    score: Callable[[ParamTable], float],
+    config: SearchConfig,
+    start: ParamTable | None = None,
+    proposer: Callable[[ParamTable], Proposer] | None = None,
+    log=print,
+) -> tuple[ParamTable, list[dict]]:
+    """Coordinate search from ``start`` (default: ``default``); returns the table
+    best on ``score`` (engine MAPE on val) among the start and each round's end.
+    ``proposer(current table)``, called each round, chooses the moves to try."""
+    t0 = time.perf_counter()
+    state = Search(engine, blocks, measured, default, config, start)
+    best = state.full_table()
+    best_score = score(best)
+    history = [
+        {
+            "round": 0,
+            "simulations": state.spent,
+            "train_mape": state.train_mape,
+            "val_mape": best_score,
+            "changed_rows": len(state.changes),
+            "seconds": time.perf_counter() - t0,
+        }
+    ]
+    log(f"search: start train MAPE {100 * state.train_mape:.2f}%, val {100 * best_score:.2f}%")
+    for round_ in range(1, config.rounds + 1):
+        accepted = state.improve_globals()
+        mass = {k: state.error[idx].sum() for k, idx in state.index.items()}
+        propose = proposer(state.full_table()) if proposer else None
+        for key in sorted(mass, key=mass.get, reverse=True):
+            if state.spent >= config.budget:
+                break
+            accepted += state.improve_row(key, propose)
+        table = state.full_table()
+        val = score(table)
+        history.append(
+            {
+                "round": round_,
+                "simulations": state.spent,
+                "train_mape": state.train_mape,
+                "val_mape": val,
+                "changed_rows": len(state.changes),
+                "moves": len(accepted),
+                "seconds": time.perf_counter() - t0,
+            }
+        )
+        log(
+            f"search: round {round_}: {len(accepted)} moves, {state.spent} simulations, "
+            f"train MAPE {100 * state.train_mape:.2f}%, val {100 * val:.2f}%"
+        )
+        if val < best_score:
+            best, best_score = table, val
+        if not accepted or state.spent >= config.budget:
+            break
+    return best, history
+
+
+class DirectSearch:
+    """The search from the given table; with ``proposals = "surrogate"`` the
+    surrogate's gradient at the current table proposes the moves (each round)."""
+
+    stage: ClassVar[str] = "search"
+
+    def __init__(self, config: SearchConfig, proposals: str = "directed"):
+        if proposals not in ("directed", "surrogate"):
+            raise ValueError(f"unknown proposals {proposals!r}: directed or surrogate")
+        self.config, self.proposals = config, proposals
+        self.needs_surrogate = proposals == "surrogate"
+
+    def tune(self, start: ParamTable, problem: Problem) -> tuple[ParamTable, list[dict]]:
+        proposer = None
+        if self.needs_surrogate:
+            view = problem.surrogate
+
+            def proposer(table: ParamTable) -> Proposer:
+                grad = gradient(view.predict, len(problem.blocks), view.space, table, problem.measured)
+                return gradient_proposer(grad, view.space.columns, halving=self.config.halving)
+
+        return search(
+            problem.engine,
+            problem.blocks,
+            problem.measured,
+            problem.default,
+            problem.score,
+            self.config,
+            start=start,
+            proposer=proposer,
+            log=problem.log,
+        )

@@ -1,0 +1,385 @@
+"""Every question the pipeline asks the warehouse, and every row it writes, by name.
+
+Reads take the warehouse path and open it read-only; writes take the
+connection of an open ``writer()`` transaction. The rest of the package never
+writes SQL: it calls these.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from difftune_pipeline.engine.table import ParamTable
+from difftune_pipeline.warehouse.connection import insert_new, query, scalar
+
+Db = str | Path
+TABLES = (
+    "blocks",
+    "block_sources",
+    "splits",
+    "batches",
+    "measurements",
+    "quarantine",
+    "param_tables",
+    "param_values",
+    "simulations",
+    "surrogate_runs",
+    "predictions",
+    "evaluations",
+    "block_features",
+)
+
+
+def now() -> datetime:
+    """Timestamps are stored as naive UTC."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def row_count(db: Db, table: str) -> int:
+    if table not in TABLES:
+        raise ValueError(f"no warehouse table {table!r}")
+    return int(query(f"SELECT count(*) AS n FROM {table}", db)["n"][0])
+
+
+# ---- blocks, measurements, batches ----------------------------------------
+def measured_blocks(db: Db, uarch: str, splits: list[str]) -> pl.DataFrame:
+    """Decoded blocks of ``splits`` with their measured throughput on ``uarch``
+    (the mean when several batches measured a block), ordered by block id."""
+    return query(
+        """
+        SELECT b.block_id, b.hex, b.asm, b.n_insts, s.split, avg(m.cycles_per_100) AS cycles_per_100
+        FROM measurements m JOIN blocks b USING (block_id) JOIN splits s USING (block_id)
+        WHERE m.uarch = ? AND b.status = 'ok' AND s.split IN (SELECT unnest(?))
+        GROUP BY ALL ORDER BY b.block_id
+        """,
+        db,
+        [uarch, splits],
+    )
+
+
+def measurement_totals(db: Db, uarch: str) -> tuple:
+    """(rows, sum of cycles) of a µarch's measurements: changes whenever a batch lands."""
+    return query("SELECT count(*) AS n, sum(cycles_per_100) AS s FROM measurements WHERE uarch = ?", db, [uarch]).row(0)
+
+
+def block_sources(db: Db) -> pl.DataFrame:
+    return query("SELECT block_id, app FROM block_sources", db)
+
+
+def block_status_counts(db: Db) -> pl.DataFrame:
+    return query("SELECT status, count(*) AS n, avg(n_insts) AS mean_insts FROM blocks GROUP BY 1 ORDER BY 1", db)
+
+
+def exactness_sample(db: Db, uarch: str, n: int = 40) -> list[str]:
+    """Hex of ``n`` measured blocks of ``uarch``, the same ones every time."""
+    frame = query(
+        "SELECT DISTINCT b.block_id, b.hex FROM blocks b JOIN measurements m USING (block_id) "
+        "WHERE b.status = 'ok' AND m.uarch = ? ORDER BY hash(b.block_id) LIMIT ?",
+        db,
+        [uarch, n],
+    )
+    return frame["hex"].to_list()
+
+
+def batch_exists(db: Db, batch_id: str) -> bool:
+    return not query("SELECT 1 FROM batches WHERE batch_id = ?", db, [batch_id]).is_empty()
+
+
+def batch_sanity(db: Db, batch_ids: list[str], max_ipc: float) -> pl.DataFrame:
+    """Per batch: rows read, ingested, quarantined, and measurements above ``max_ipc``
+    instructions per cycle."""
+    return query(
+        """
+        SELECT b.batch_id, b.source_file, b.n_read, b.n_ingested, b.n_quarantined,
+               count(m.block_id) FILTER (WHERE 100.0 * bl.n_insts / m.cycles_per_100 > ?) AS n_implausible
+        FROM batches b
+        LEFT JOIN measurements m USING (batch_id)
+        LEFT JOIN blocks bl ON bl.block_id = m.block_id
+        WHERE b.batch_id IN (SELECT unnest(?))
+        GROUP BY ALL ORDER BY b.batch_id
+        """,
+        db,
+        [max_ipc, batch_ids],
+    )
+
+
+def quarantine_reasons(db: Db, top: int = 20) -> pl.DataFrame:
+    """The commonest reasons, numbers folded so that similar reasons count together."""
+    return query(
+        "SELECT regexp_replace(reason, '[0-9]+', 'N', 'g') AS reason, count(*) AS n "
+        "FROM quarantine GROUP BY 1 ORDER BY n DESC LIMIT ?",
+        db,
+        [top],
+    )
+
+
+def known_blocks(con: duckdb.DuckDBPyConnection, hexes: list[str]) -> dict[str, str | None]:
+    """hex -> quarantine reason (None: decoded) of the blocks already stored."""
+    return dict(con.execute("SELECT hex, reason FROM blocks WHERE hex IN (SELECT unnest(?))", [hexes]).fetchall())
+
+
+def stored_batch(con: duckdb.DuckDBPyConnection, batch_id: str) -> tuple[int, int, int] | None:
+    """(rows read, ingested, quarantined) of a batch already ingested, or None."""
+    rows = con.execute(
+        "SELECT n_read, n_ingested, n_quarantined FROM batches WHERE batch_id = ?", [batch_id]
+    ).fetchall()
+    return rows[0] if rows else None
+
+
+def record_batch(
+    con: duckdb.DuckDBPyConnection,
+    batch_id: str,
+    kind: str,
+    uarch: str | None,
+    app: str | None,
+    source_file: str,
+    n_read: int,
+    n_ingested: int,
+    n_quarantined: int,
+    at: datetime,
+) -> None:
+    scalar(
+        con,
+        "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [batch_id, kind, uarch, app, source_file, n_read, n_ingested, n_quarantined, at],
+    )
+
+
+def add_measurements(
+    con: duckdb.DuckDBPyConnection,
+    batch_id: str,
+    source_file: str,
+    uarch: str,
+    rows: list[tuple[int, str, float]],
+    at: datetime,
+) -> int:
+    """(line number, block id, cycles per 100 iterations) rows of one batch."""
+    frame = pl.DataFrame(
+        {
+            "block_id": [b for _, b, _ in rows],
+            "uarch": uarch,
+            "cycles_per_100": [c for _, _, c in rows],
+            "batch_id": batch_id,
+            "source_file": source_file,
+            "line_no": [n for n, _, _ in rows],
+            "ingested_at": at,
+        },
+        schema_overrides={"line_no": pl.Int64, "cycles_per_100": pl.Float64},
+    )
+    return insert_new(con, "measurements", frame, ["block_id", "uarch", "batch_id", "line_no"])
+
+
+def add_block_sources(con: duckdb.DuckDBPyConnection, batch_id: str, app: str, rows: list[tuple[str, float]]) -> int:
+    """(block id, frequency) rows of one corpus file."""
+    frame = pl.DataFrame(
+        {"block_id": [b for b, _ in rows], "app": app, "frequency": [f for _, f in rows], "batch_id": batch_id},
+        schema_overrides={"frequency": pl.Float64},
+    )
+    return insert_new(con, "block_sources", frame, ["block_id", "app"])
+
+
+def add_quarantine(
+    con: duckdb.DuckDBPyConnection, batch_id: str, source_file: str, rows: list[tuple[int, str, str]], at: datetime
+) -> int:
+    """(line number, raw line, reason) of the lines of a batch that were refused."""
+    frame = pl.DataFrame(
+        {
+            "batch_id": batch_id,
+            "source_file": source_file,
+            "line_no": [r[0] for r in rows],
+            "raw": [r[1] for r in rows],
+            "reason": [r[2] for r in rows],
+            "quarantined_at": at,
+        },
+        schema_overrides={"line_no": pl.Int64, "raw": pl.Utf8, "reason": pl.Utf8},
+    )
+    return insert_new(con, "quarantine", frame, ["batch_id", "line_no"])
+
+
+def blocks_without_split(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [
+        r[0]
+        for r in con.execute(
+            "SELECT block_id FROM blocks b WHERE NOT EXISTS (SELECT 1 FROM splits s WHERE s.block_id = b.block_id)"
+        ).fetchall()
+    ]
+
+
+def split_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    return dict(con.execute("SELECT split, count(*) FROM splits GROUP BY 1 ORDER BY 1").fetchall())
+
+
+# ---- parameter tables -----------------------------------------------------
+def table_exists(db: Db, table_id: str) -> bool:
+    return not query("SELECT 1 FROM param_tables WHERE table_id = ?", db, [table_id]).is_empty()
+
+
+def save_table(
+    con: duckdb.DuckDBPyConnection,
+    table_id: str,
+    table: ParamTable,
+    *,
+    kind: str,
+    preset: str | None = None,
+    seed: int | None = None,
+    parent_id: str | None = None,
+    space_id: str | None = None,
+    note: str | None = None,
+    values: bool = True,
+) -> bool:
+    """Record a parameter table (its values too, unless it is regenerated from
+    preset and seed); returns False when ``table_id`` is already stored."""
+    if scalar(con, "SELECT count(*) FROM param_tables WHERE table_id = ?", [table_id]):
+        return False
+    scalar(
+        con,
+        "INSERT INTO param_tables VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [table_id, table.mcpu, table.llvm_version, kind, preset, seed, parent_id, space_id, now(), note],
+    )
+    if values:
+        insert_new(
+            con,
+            "param_values",
+            table.to_frame().with_columns(pl.lit(table_id).alias("table_id")),
+            ["table_id", "opcode", "param", "idx"],
+        )
+    return True
+
+
+def load_table(db: Db, table_id: str) -> ParamTable:
+    """A stored default, learned or imported table."""
+    meta = query("SELECT mcpu, llvm_version, kind FROM param_tables WHERE table_id = ?", db, [table_id])
+    if meta.is_empty():
+        raise KeyError(f"no parameter table {table_id!r} in the warehouse")
+    values = query("SELECT opcode, param, idx, value FROM param_values WHERE table_id = ?", db, [table_id])
+    if values.is_empty():
+        raise KeyError(f"table {table_id!r} ({meta['kind'][0]}) is regenerated from its preset and seed, not stored")
+    return ParamTable.from_frame(values, meta["mcpu"][0], meta["llvm_version"][0])
+
+
+def latest_learned(db: Db, mcpu: str) -> str | None:
+    """The id of the newest learned table of ``mcpu``."""
+    rows = query(
+        "SELECT table_id FROM param_tables WHERE kind = 'learned' AND mcpu = ? ORDER BY created_at DESC LIMIT 1",
+        db,
+        [mcpu],
+    )
+    return None if rows.is_empty() else rows["table_id"][0]
+
+
+def latest_learned_per_mcpu(db: Db) -> pl.DataFrame:
+    """mcpu, table_id and parent_id (the default it started from) of each µarch's newest learned table."""
+    return query(
+        "SELECT mcpu, table_id, parent_id FROM param_tables WHERE kind = 'learned' "
+        "QUALIFY row_number() OVER (PARTITION BY mcpu ORDER BY created_at DESC) = 1 ORDER BY mcpu",
+        db,
+    )
+
+
+def learned_through(db: Db, mcpu: str, surrogate_run_id: str) -> dict:
+    """table_id and note of the newest table learned through a surrogate run."""
+    rows = query(
+        "SELECT table_id, note FROM param_tables WHERE kind = 'learned' AND mcpu = ? AND note LIKE ? "
+        "ORDER BY created_at DESC LIMIT 1",
+        db,
+        [mcpu, f"%{surrogate_run_id}%"],
+    )
+    if rows.is_empty():
+        raise KeyError(f"no {mcpu} table learned through surrogate {surrogate_run_id}")
+    return rows.row(0, named=True)
+
+
+def table_note(db: Db, table_id: str) -> str | None:
+    rows = query("SELECT note FROM param_tables WHERE table_id = ?", db, [table_id])
+    return None if rows.is_empty() else rows["note"][0]
+
+
+# ---- simulations and surrogates ---------------------------------------------
+def simulated_pairs_done(db: Db, iterations: int, table_ids: list[str]) -> set[tuple[str, str]]:
+    """(block, table) pairs of ``table_ids`` already simulated, whatever their status."""
+    done = query(
+        "SELECT block_id, table_id FROM simulations WHERE iterations = ? AND table_id IN (SELECT unnest(?))",
+        db,
+        [iterations, table_ids],
+    )
+    return set(zip(done["block_id"].to_list(), done["table_id"].to_list()))
+
+
+def simulated_cycles(db: Db, iterations: int, table_ids: list[str]) -> pl.DataFrame:
+    """block_id, table_id, cycles of the pairs the engine simulated successfully."""
+    return query(
+        "SELECT block_id, table_id, cycles FROM simulations WHERE status = 'ok' AND iterations = ? "
+        "AND table_id IN (SELECT unnest(?)) ORDER BY block_id, table_id",
+        db,
+        [iterations, table_ids],
+    )
+
+
+def simulation_totals(db: Db, table_ids: list[str]) -> tuple:
+    """(pairs, sum of cycles) simulated successfully under ``table_ids``: what a surrogate trained on."""
+    return query(
+        "SELECT count(*) AS n, sum(cycles) AS s FROM simulations WHERE status = 'ok' "
+        "AND table_id IN (SELECT unnest(?))",
+        db,
+        [table_ids],
+    ).row(0)
+
+
+def surrogate_run(db: Db, run_id: str) -> dict | None:
+    rows = query("SELECT * FROM surrogate_runs WHERE run_id = ?", db, [run_id])
+    return None if rows.is_empty() else rows.row(0, named=True)
+
+
+def surrogate_runs(db: Db, mcpu: str, model: str) -> list[dict]:
+    """Runs of one model for ``mcpu``, newest first."""
+    return query(
+        "SELECT * FROM surrogate_runs WHERE mcpu = ? AND model = ? ORDER BY created_at DESC", db, [mcpu, model]
+    ).to_dicts()
+
+
+def surrogate_summary(db: Db) -> pl.DataFrame:
+    return query(
+        "SELECT run_id, mcpu, model, n_train, round(100 * heldout_mape, 2) AS heldout_mape_pct, "
+        "heldout_kendall_tau, round(train_seconds, 1) AS train_seconds, created_at "
+        "FROM surrogate_runs ORDER BY created_at DESC",
+        db,
+    )
+
+
+# ---- features, predictions, evaluations -------------------------------------
+def feature_block_ids(db: Db, table_id: str) -> set[str]:
+    return set(query("SELECT block_id FROM block_features WHERE table_id = ?", db, [table_id])["block_id"])
+
+
+def bottlenecks(db: Db, table_id: str) -> pl.DataFrame:
+    return query("SELECT block_id, bottleneck FROM block_features WHERE table_id = ?", db, [table_id])
+
+
+def bottleneck_counts(db: Db, table_id: str) -> pl.DataFrame:
+    return query(
+        "SELECT bottleneck, count(*) AS n FROM block_features WHERE table_id = ? GROUP BY 1 ORDER BY n DESC",
+        db,
+        [table_id],
+    )
+
+
+def predictions(db: Db, table_id: str, iterations: int = 100) -> pl.DataFrame:
+    return query(
+        "SELECT block_id, cycles FROM predictions WHERE table_id = ? AND iterations = ?", db, [table_id, iterations]
+    )
+
+
+def evaluated(db: Db, table_id: str, uarch: str) -> bool:
+    return not query("SELECT 1 FROM evaluations WHERE table_id = ? AND uarch = ?", db, [table_id, uarch]).is_empty()
+
+
+def evaluations(db: Db, uarch: str, table_ids: list[str]) -> pl.DataFrame:
+    return query(
+        "SELECT * FROM evaluations WHERE uarch = ? AND table_id IN (SELECT unnest(?)) ORDER BY split, slice, table_id",
+        db,
+        [uarch, table_ids],
+    )

@@ -1,0 +1,183 @@
+"""The warehouse schema: each migration brings it from one version to the next,
+each in its own transaction, so an old warehouse file is upgraded in place."""
+
+from __future__ import annotations
+
+import duckdb
+
+# Each entry migrates the schema from version i to i + 1.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE blocks (
+        block_id   VARCHAR PRIMARY KEY,   -- sha256 of the canonical lowercase hex, 16 hex digits
+        hex        VARCHAR NOT NULL,
+        n_insts    INTEGER,
+        asm        VARCHAR,               -- AT&T, one instruction per line
+        opcodes    VARCHAR[],             -- LLVM opcode names
+        status     VARCHAR NOT NULL,      -- ok | quarantined
+        reason     VARCHAR                -- why quarantined
+    );
+    CREATE TABLE block_sources (
+        block_id   VARCHAR NOT NULL,
+        app        VARCHAR NOT NULL,      -- source application (corpus file stem)
+        frequency  DOUBLE NOT NULL,       -- static frequency in that application (BHive's weight)
+        batch_id   VARCHAR NOT NULL,
+        PRIMARY KEY (block_id, app)
+    );
+    CREATE TABLE splits (
+        block_id   VARCHAR PRIMARY KEY,
+        split      VARCHAR NOT NULL       -- train | val | test, from the block hash
+    );
+    CREATE TABLE batches (
+        batch_id   VARCHAR PRIMARY KEY,   -- sha256 of scope and file bytes, 16 hex digits
+        kind       VARCHAR NOT NULL,      -- measurements | corpus
+        uarch      VARCHAR,               -- measurements: the µarch measured
+        app        VARCHAR,               -- corpus: the application
+        source_file VARCHAR NOT NULL,
+        n_read     BIGINT NOT NULL,
+        n_ingested BIGINT NOT NULL,
+        n_quarantined BIGINT NOT NULL,
+        ingested_at TIMESTAMP NOT NULL
+    );
+    CREATE TABLE measurements (
+        block_id   VARCHAR NOT NULL,
+        uarch      VARCHAR NOT NULL,
+        cycles_per_100 DOUBLE NOT NULL,   -- BHive's unit: cycles per 100 iterations
+        batch_id   VARCHAR NOT NULL,
+        source_file VARCHAR NOT NULL,
+        line_no    BIGINT NOT NULL,
+        ingested_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (block_id, uarch, batch_id)
+    );
+    CREATE TABLE quarantine (
+        batch_id   VARCHAR NOT NULL,
+        source_file VARCHAR NOT NULL,
+        line_no    BIGINT NOT NULL,
+        raw        VARCHAR,
+        reason     VARCHAR NOT NULL,
+        quarantined_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (batch_id, line_no)
+    );
+    """,
+    """
+    CREATE TABLE param_tables (
+        table_id   VARCHAR PRIMARY KEY,
+        mcpu       VARCHAR NOT NULL,
+        llvm_version VARCHAR NOT NULL,
+        kind       VARCHAR NOT NULL,      -- default | sampled | learned | imported
+        preset     VARCHAR,               -- sampled: the sampling preset
+        seed       BIGINT,                -- sampled: the seed (values are regenerated from preset+seed)
+        parent_id  VARCHAR,               -- learned: the table it started from
+        space_id   VARCHAR,               -- the parameter space (rows x columns) it was drawn or learned in
+        created_at TIMESTAMP NOT NULL,
+        note       VARCHAR
+    );
+    CREATE TABLE param_values (
+        table_id   VARCHAR NOT NULL,
+        opcode     VARCHAR NOT NULL,      -- parameter-row key ('*' for globals)
+        param      VARCHAR NOT NULL,      -- latency | uops | read_advance | port:<resource> | <global>
+        idx        INTEGER NOT NULL,      -- def index (latency), use index (read_advance), else 0
+        value      BIGINT NOT NULL,
+        PRIMARY KEY (table_id, opcode, param, idx)
+    );
+    CREATE TABLE simulations (
+        block_id   VARCHAR NOT NULL,
+        table_id   VARCHAR NOT NULL,
+        mcpu       VARCHAR NOT NULL,
+        llvm_version VARCHAR NOT NULL,
+        iterations INTEGER NOT NULL,
+        cycles     BIGINT,                -- engine Total Cycles; NULL when status is not ok
+        status     VARCHAR NOT NULL,
+        shard      VARCHAR NOT NULL,
+        PRIMARY KEY (block_id, table_id, iterations)
+    );
+    CREATE TABLE surrogate_runs (
+        run_id     VARCHAR PRIMARY KEY,   -- fingerprint of data, configuration and code version
+        mcpu       VARCHAR NOT NULL,
+        model      VARCHAR NOT NULL,
+        checkpoint VARCHAR NOT NULL,
+        n_train    BIGINT NOT NULL,
+        n_heldout  BIGINT NOT NULL,
+        heldout_mape DOUBLE NOT NULL,      -- fidelity against the engine on held-out (block, table) pairs
+        heldout_kendall_tau DOUBLE,
+        train_seconds DOUBLE NOT NULL,
+        config     VARCHAR NOT NULL,
+        created_at TIMESTAMP NOT NULL
+    );
+    CREATE TABLE predictions (
+        table_id   VARCHAR NOT NULL,
+        block_id   VARCHAR NOT NULL,
+        iterations INTEGER NOT NULL,
+        cycles     BIGINT,                -- engine Total Cycles (cycles per 100 iterations at 100)
+        status     VARCHAR NOT NULL,
+        PRIMARY KEY (table_id, block_id, iterations)
+    );
+    CREATE TABLE evaluations (
+        table_id   VARCHAR NOT NULL,
+        uarch      VARCHAR NOT NULL,
+        split      VARCHAR NOT NULL,
+        slice      VARCHAR NOT NULL,      -- all | app:<name> | ml:<kernel family> | len:<range> | mem:<kind>
+        n          BIGINT NOT NULL,
+        mape       DOUBLE,
+        kendall_tau DOUBLE,
+        evaluated_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (table_id, uarch, split, slice)
+    );
+    """,
+    """
+    -- Repeated measurements of a block in one batch (nanoBench repeats) are rows of their own.
+    CREATE TABLE measurements_v3 (
+        block_id   VARCHAR NOT NULL,
+        uarch      VARCHAR NOT NULL,
+        cycles_per_100 DOUBLE NOT NULL,
+        batch_id   VARCHAR NOT NULL,
+        source_file VARCHAR NOT NULL,
+        line_no    BIGINT NOT NULL,
+        ingested_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (block_id, uarch, batch_id, line_no)
+    );
+    INSERT INTO measurements_v3 SELECT block_id, uarch, cycles_per_100, batch_id, source_file, line_no, ingested_at
+        FROM measurements;
+    DROP TABLE measurements;
+    ALTER TABLE measurements_v3 RENAME TO measurements;
+    CREATE TABLE block_features (
+        block_id   VARCHAR NOT NULL,
+        mcpu       VARCHAR NOT NULL,
+        table_id   VARCHAR NOT NULL,      -- the parameter table the table-dependent features are computed under
+        n_insts    BIGINT NOT NULL,
+        n_uops     BIGINT NOT NULL,
+        regs_read  BIGINT NOT NULL,       -- distinct registers read (widened: EAX counts as RAX); zero idioms read none
+        regs_written BIGINT NOT NULL,
+        loads      BIGINT NOT NULL,       -- instructions that may load / store (LLVM's instruction descriptions)
+        stores     BIGINT NOT NULL,
+        memory_deps BIGINT NOT NULL,      -- store -> load through the same address expression
+        loop_carried_memory_deps BIGINT NOT NULL,
+        chain_cycles DOUBLE NOT NULL,     -- critical register-dependency path of one iteration (latencies, ReadAdvance)
+        loop_carried_cycles DOUBLE NOT NULL,   -- recurrence per iteration, unlimited resources
+        port_pressure_cycles DOUBLE NOT NULL,  -- most loaded resource per iteration
+        dispatch_cycles DOUBLE NOT NULL,  -- µops / dispatch width per iteration
+        bottleneck VARCHAR NOT NULL,      -- port_pressure | dispatch | loop_carried_latency
+        PRIMARY KEY (block_id, table_id)
+    );
+    """,
+]
+
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    rows = con.execute("SELECT max(version) FROM schema_version").fetchall()
+    return rows[0][0] or 0
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> None:
+    """Bring the schema to the newest version, each step in its own transaction."""
+    version = schema_version(con)
+    for target, ddl in enumerate(MIGRATIONS[version:], start=version + 1):
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(ddl)
+            con.execute("INSERT INTO schema_version VALUES (?)", [target])
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise

@@ -1,0 +1,109 @@
+"""The composable parts: settings as profiles of one base, tuners by name (a toy
+one added in a few lines), the engine's limits and port rule read from Python,
+and SQL only in the warehouse package."""
+
+import re
+
+import pytest
+
+from conftest import ROOT, SAMPLE
+from difftune_pipeline import config, stages, tuners
+from difftune_pipeline.engine import LIMITS, InvalidTable
+from difftune_pipeline.ingest import batches as ingest
+from difftune_pipeline.warehouse import queries
+
+
+def test_profiles_are_overrides_of_one_base():
+    base = config.Settings()
+    assert config.settings_for("sample") == base
+    smoke = config.settings_for("smoke")
+    assert smoke.search.budget == 3000 and smoke.structured.seconds == 5.0 and smoke.lstm.epochs == 1
+    assert smoke.search.min_blocks == base.search.min_blocks  # what a profile does not name stays the base's
+    full = config.settings_for("full", {"search.halving": True, "tuner": "direct"})
+    assert full.search.budget == 192_000 and full.search.halving and full.tuner == "direct"
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"serach.budget": 1}, "unknown setting 'serach'"),
+        ({"search.budgte": 1}, "unknown setting 'budgte'"),
+        ({"search.budget": "many"}, "must be of type int"),
+        ({"search.halving": 1}, "must be of type bool"),
+        ({"search": 1}, "is a group"),
+        ({"presets": ["perturb", 3]}, "must be of type tuple"),
+    ],
+)
+def test_bad_overrides_are_refused_by_name(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        config.settings_for("sample", overrides)
+    with pytest.raises(ValueError, match="unknown profile"):
+        config.settings_for("huge")
+    with pytest.raises(ValueError, match="not JSON"):
+        config.parse_overrides("{search.budget: 1}")
+
+
+def test_every_named_tuner_composes_and_an_unknown_one_is_refused():
+    settings = config.Settings()
+    stages_of = {
+        name: [t.stage for t in tuners.compose(name, settings.tune, settings.search)] for name in tuners.TUNERS
+    }
+    assert stages_of == {"surrogate": ["surrogate"], "direct": ["search"], "combined": ["surrogate", "search"]}
+    with pytest.raises(ValueError, match="unknown tuner 'annealing'"):
+        tuners.compose("annealing", settings.tune, settings.search)
+
+
+class DispatchWidthTuner:
+    """A toy tuner: try dispatch widths 2..6, keep the best on val."""
+
+    stage = "toy"
+    needs_surrogate = False
+    config = {"widths": [2, 3, 4, 5, 6]}
+
+    def tune(self, start, problem):
+        history, best, best_val = [], start, problem.score(start)
+        for width in self.config["widths"]:
+            table = start.copy()
+            table.globals["dispatch_width"] = width
+            history.append({"dispatch_width": width, "val_mape": problem.score(table)})
+            if history[-1]["val_mape"] < best_val:
+                best, best_val = table, history[-1]["val_mape"]
+        return best, history
+
+
+def test_a_toy_tuner_is_one_class_and_one_line(haswell, warehouse, monkeypatch):
+    monkeypatch.setitem(tuners.TUNERS, "toy", lambda tune, search: [DispatchWidthTuner()])  # the one line
+    ingest.ingest_measurements(SAMPLE / "bhive_hsw_sample.csv", "haswell", warehouse, haswell)
+    ingest.assign_splits(warehouse)
+    ctx = stages.StageContext(str(warehouse), haswell, config.settings_for("sample", {"tuner": "toy"}))
+    stages.default_params(ctx)
+    out = stages.learn(ctx, log=lambda *_: None)
+    assert [h["stage"] for h in out["history"]] == ["toy"] * 5
+    assert out["learned_val_mape"] <= out["default_val_mape"]
+    learned = queries.load_table(warehouse, out["table_id"])
+    assert learned.globals["dispatch_width"] in (2, 3, 4, 5, 6) and learned.rows == ctx.default_table()[1].rows
+
+
+def test_limits_and_the_port_rule_come_from_the_engine(haswell):
+    assert LIMITS["dispatch_width"] == (1, 1000) and LIMITS["micro_op_buffer_size"] == (2, 100000)
+    table = haswell.default_table()
+    table.globals["dispatch_width"] = LIMITS["dispatch_width"][1] + 1
+    with pytest.raises(InvalidTable, match="dispatch_width"):
+        haswell.compile(table)
+    # HWPort05 and HWPort56 partially overlap: the one with fewer cycles loses its cycles
+    ports = [("HWPort05", 2), ("HWPort56", 1), ("HWPort1", 1)]
+    assert haswell.nested_ports(ports, []) == [("HWPort05", 2), ("HWPort56", 0), ("HWPort1", 1)]
+    assert haswell.nested_ports(ports, ["HWPort05", "HWPort56"]) == ports  # unless LLVM's own row pairs them
+    with pytest.raises(ValueError, match="HWPortX"):
+        haswell.nested_ports([("HWPortX", 1)], [])
+
+
+def test_sql_lives_in_the_warehouse_package():
+    package = ROOT / "difftune_pipeline"
+    sql = re.compile(r"\b(SELECT|INSERT INTO|CREATE TABLE|DELETE FROM)\b")
+    holders = sorted(
+        str(p.relative_to(package))
+        for p in package.rglob("*.py")
+        if sql.search(p.read_text()) and not str(p.relative_to(package)).startswith("warehouse/")
+    )
+    assert holders == []
