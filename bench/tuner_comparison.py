@@ -28,10 +28,10 @@ import polars as pl
 
 from difftune_pipeline.config import override, settings_for
 from difftune_pipeline.engine import Engine
-from difftune_pipeline.model.metrics import kendall_tau, mape, slices
+from difftune_pipeline.model.metrics import kendall_tau, mape, metrics_by_slice, slices
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.model.sampling import training_pairs
-from difftune_pipeline.stages import StageContext
+from difftune_pipeline.steps import StepContext
 from difftune_pipeline.surrogates.structured import StructuredSurrogate
 from difftune_pipeline.tuners import Problem, SurrogateView
 from difftune_pipeline.tuners.gradient import SurrogateTuner
@@ -41,18 +41,14 @@ from difftune_pipeline.warehouse import queries
 OUT = Path(__file__).parent / "out"
 
 
-def test_metrics(stage: StageContext, table, frame: pl.DataFrame, blocks: dict, members: pl.DataFrame) -> dict:
+def test_metrics(ctx: StepContext, table, frame: pl.DataFrame, blocks: dict, members: pl.DataFrame) -> dict:
     """Test MAPE/τ overall, per slice (and which slices are worse than the default)."""
-    result = stage.engine.simulate([blocks[b] for b in frame["block_id"]], table)
+    result = ctx.engine.simulate([blocks[b] for b in frame["block_id"]], table)
     pred = frame.select("block_id", "cycles_per_100").with_columns(pl.Series("cycles", result.cycles))
     pred = pred.filter(pl.Series(result.ok))
-    by_slice = (
-        pred.join(members, on="block_id")
-        .group_by("slice")
-        .agg(
-            pl.len().alias("n"),
-            ((pl.col("cycles") - pl.col("cycles_per_100")).abs() / pl.col("cycles_per_100")).mean().alias("mape"),
-        )
+    test = pred.select("block_id", pl.lit("test").alias("split"))
+    by_slice = metrics_by_slice(
+        pred.select("block_id", "cycles"), pred.select("block_id", "cycles_per_100"), test, members
     )
     return {
         "mape": mape(pred["cycles"], pred["cycles_per_100"]),
@@ -62,14 +58,14 @@ def test_metrics(stage: StageContext, table, frame: pl.DataFrame, blocks: dict, 
     }
 
 
-def simulation_rate(stage: StageContext, space, default, tables, train_blocks, n: int = 4000) -> float:
+def simulation_rate(ctx: StepContext, space, default, tables, train_blocks, n: int = 4000) -> float:
     """Pairs per second of the engine on (train block, sampled table) pairs, as the simulations asset runs them."""
     ids = sorted(train_blocks)[: n // len(tables) + 1]
     sampled = [space.sampled_table(t.preset, t.seed, default) for t in tables]
     b = np.repeat(np.arange(len(ids)), len(sampled))[:n]
     t = np.tile(np.arange(len(sampled)), len(ids))[:n]
     t0 = time.perf_counter()
-    stage.engine.simulate_pairs([train_blocks[i] for i in ids], sampled, b, t)
+    ctx.engine.simulate_pairs([train_blocks[i] for i in ids], sampled, b, t)
     return n / (time.perf_counter() - t0)
 
 
@@ -82,18 +78,18 @@ def main() -> None:
     parser.add_argument("--tune-steps", type=int, default=settings_for("full").tune.steps)
     args = parser.parse_args()
     settings = settings_for("full", {"tune.steps": args.tune_steps})
-    stage = StageContext(args.db, Engine(args.mcpu), settings)
-    space, default, train_blocks = stage.space()
-    tables = stage.sampled_tables(space)
-    train_frame, _ = stage.blocks("train")
-    test_frame, test_blocks = stage.blocks("test")
-    default_id, default_all = stage.default_table()
+    ctx = StepContext(args.db, Engine(args.mcpu), settings)
+    space, default, train_blocks = ctx.space()
+    tables = ctx.sampled_tables(space)
+    train_frame, _ = ctx.blocks("train")
+    test_frame, test_blocks = ctx.blocks("test")
+    default_id, default_all = ctx.default_table()
     members = slices(test_frame.select("block_id", "n_insts", "asm"), queries.block_sources(args.db))
     measured = train_frame["cycles_per_100"].to_numpy()
-    val = lambda t: stage.score(t, "val")[0]  # noqa: E731
+    val = lambda t: ctx.score(t, "val")[0]  # noqa: E731
     blocks = [train_blocks[b] for b in train_frame["block_id"]]
-    problem = Problem(stage.engine, blocks, measured, default_all, val)
-    rate = simulation_rate(stage, space, default, tables, train_blocks)
+    problem = Problem(ctx.engine, blocks, measured, default_all, val)
+    rate = simulation_rate(ctx, space, default, tables, train_blocks)
     n_sims = queries.simulation_totals(args.db, [t.table_id for t in tables])[0]
     budget = args.budget or n_sims
     dataset_seconds = n_sims / rate
@@ -103,7 +99,7 @@ def main() -> None:
     )
     results = {
         "default": {
-            **test_metrics(stage, default_all, test_frame, test_blocks, members),
+            **test_metrics(ctx, default_all, test_frame, test_blocks, members),
             "simulations": 0,
             "seconds": 0.0,
         }
@@ -111,11 +107,14 @@ def main() -> None:
     (OUT / "tables").mkdir(parents=True, exist_ok=True)
 
     # DiffTune: the Ithemal-style LSTM and the table learned through it, as the full profile stored them.
-    lstm = queries.surrogate_runs(args.db, args.mcpu, "ithemal")[0]
+    lstm = (
+        queries.surrogate_runs(args.db, args.mcpu, "ithemal")
+        or queries.surrogate_runs(args.db, args.mcpu, "ithemal-lstm")
+    )[0]
     learned = queries.learned_through(args.db, args.mcpu, lstm["run_id"])
     note = json.loads(learned["note"])
     results["difftune_lstm"] = {
-        **test_metrics(stage, queries.load_table(args.db, learned["table_id"]), test_frame, test_blocks, members),
+        **test_metrics(ctx, queries.load_table(args.db, learned["table_id"]), test_frame, test_blocks, members),
         "simulations": n_sims,
         "surrogate_heldout_mape": lstm["heldout_mape"],
         "surrogate_train_seconds": lstm["train_seconds"],
@@ -133,13 +132,13 @@ def main() -> None:
     )
     seconds = min(lstm["train_seconds"], args.structured_seconds)
     structured = override(settings, {"structured.seconds": seconds, "structured.max_epochs": 1000}).structured
-    model = StructuredSurrogate.create(list(space.keys), structured, [], stage.engine.resources())
+    model = StructuredSurrogate.create(list(space.keys), structured, [], ctx.engine.resources())
     report = model.fit([train_blocks[b] for b in pairs.block_ids], pairs)
-    problem.surrogate = SurrogateView(model.predictor(blocks), ParamSpace.create(model.row_keys, stage.engine))
+    problem.surrogate = SurrogateView(model.predictor(blocks), ParamSpace.create(model.row_keys, ctx.engine))
     learned_s, _ = SurrogateTuner(settings.tune).tune(default_all, problem)
     s_seconds = time.perf_counter() - t0
     results["structured"] = {
-        **test_metrics(stage, learned_s, test_frame, test_blocks, members),
+        **test_metrics(ctx, learned_s, test_frame, test_blocks, members),
         "simulations": n_sims,
         "surrogate_heldout_mape": report["heldout_mape"],
         "surrogate_train_seconds": report["train_seconds"],
@@ -152,7 +151,7 @@ def main() -> None:
     t0 = time.perf_counter()
     learned_d, hist_d = DirectSearch(config).tune(default_all, problem)
     results["direct_search"] = {
-        **test_metrics(stage, learned_d, test_frame, test_blocks, members),
+        **test_metrics(ctx, learned_d, test_frame, test_blocks, members),
         "simulations": hist_d[-1]["simulations"],
         "seconds": time.perf_counter() - t0,
     }
@@ -162,7 +161,7 @@ def main() -> None:
     t0 = time.perf_counter()
     learned_c, hist_c = DirectSearch(config, proposals="surrogate").tune(learned_s, problem)
     results["combined"] = {
-        **test_metrics(stage, learned_c, test_frame, test_blocks, members),
+        **test_metrics(ctx, learned_c, test_frame, test_blocks, members),
         "simulations": n_sims + hist_c[-1]["simulations"],
         "seconds": results["structured"]["seconds"] + time.perf_counter() - t0,
     }

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from conftest import ROOT, SAMPLE
-from difftune_pipeline import config, stages, tuners
+from difftune_pipeline import config, steps, tuners
 from difftune_pipeline.engine import LIMITS, InvalidTable
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.warehouse import queries
@@ -75,9 +75,9 @@ def test_a_toy_tuner_is_one_class_and_one_line(haswell, warehouse, monkeypatch):
     monkeypatch.setitem(tuners.TUNERS, "toy", lambda tune, search: [DispatchWidthTuner()])  # the one line
     ingest.ingest_measurements(SAMPLE / "bhive_hsw_sample.csv", "haswell", warehouse, haswell)
     ingest.assign_splits(warehouse)
-    ctx = stages.StageContext(str(warehouse), haswell, config.settings_for("sample", {"tuner": "toy"}))
-    stages.default_params(ctx)
-    out = stages.learn(ctx, log=lambda *_: None)
+    ctx = steps.StepContext(str(warehouse), haswell, config.settings_for("sample", {"tuner": "toy"}))
+    steps.default_params(ctx)
+    out = steps.learn(ctx, log=lambda *_: None)
     assert [h["stage"] for h in out["history"]] == ["toy"] * 5
     assert out["learned_val_mape"] <= out["default_val_mape"]
     learned = queries.load_table(warehouse, out["table_id"])
@@ -107,3 +107,47 @@ def test_sql_lives_in_the_warehouse_package():
         if sql.search(p.read_text()) and not str(p.relative_to(package)).startswith("warehouse/")
     )
     assert holders == []
+
+
+def _imports(path) -> set[str]:
+    """The difftune_pipeline modules and top-level packages a file imports."""
+    import ast
+
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            if node.module == "difftune_pipeline":  # from difftune_pipeline import x
+                out |= {f"difftune_pipeline.{a.name}" for a in node.names}
+    return out
+
+
+# each layer may import only the layers after it (ARCHITECTURE.md)
+LAYERS = ["cli", "defs", "steps", "config", "reporting", "tuners", "surrogates", "model", "ingest", "warehouse",
+          "engine"]  # fmt: skip
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "difftune_pipeline" or len(parts) < 2:
+        return None
+    name = {"quality": "model", "ui": "cli", "definitions": "defs"}.get(parts[1], parts[1])
+    return name if name in LAYERS else None
+
+
+def test_imports_point_downward_and_only_the_dagster_layer_imports_dagster():
+    package = ROOT / "difftune_pipeline"
+    for path in package.rglob("*.py"):
+        module = "difftune_pipeline." + ".".join(path.relative_to(package).with_suffix("").parts)
+        mine = _layer(module)
+        if mine is None:
+            continue
+        imports = _imports(path)
+        if mine not in ("defs", "cli"):
+            assert not any(i.split(".")[0] == "dagster" for i in imports), module
+        for imported in imports:
+            theirs = _layer(imported)
+            if theirs is not None and theirs != mine:
+                assert LAYERS.index(theirs) > LAYERS.index(mine), f"{module} imports {imported}"

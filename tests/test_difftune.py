@@ -1,11 +1,11 @@
-"""DiffTune stages end to end on the sample, idempotence, and resumable simulations."""
+"""DiffTune steps end to end on the sample, idempotence, and resumable simulations."""
 
 import dagster as dg
 import pytest
 from typer.testing import CliRunner
 
 from conftest import SAMPLE
-from difftune_pipeline import stages
+from difftune_pipeline import steps
 from difftune_pipeline.cli import app
 from difftune_pipeline.config import override, settings_for
 from difftune_pipeline.engine import Engine
@@ -31,51 +31,51 @@ TINY = settings_for(
 
 
 @pytest.fixture
-def stage(haswell, warehouse):
+def ctx(haswell, warehouse):
     ingest.ingest_measurements(SAMPLE / "bhive_hsw_sample.csv", "haswell", warehouse, haswell)
     ingest.assign_splits(warehouse)
-    return stages.StageContext(str(warehouse), haswell, TINY)
+    return steps.StepContext(str(warehouse), haswell, TINY)
 
 
 def _count(db, table):
     return store.query(f"SELECT count(*) FROM {table}", db).item()
 
 
-def test_stages_end_to_end_and_again_without_work(stage, warehouse):
-    stages.default_params(stage)
-    info = stages.sampled_tables(stage)
+def test_stages_end_to_end_and_again_without_work(ctx, warehouse):
+    steps.default_params(ctx)
+    info = steps.sampled_tables(ctx)
     assert info["tables"] == 4 and info["rows"] > 100
-    done = [stages.simulate_shard(stage, s) for s in range(2)]
+    done = [steps.simulate_shard(ctx, s) for s in range(2)]
     assert sum(d["simulated"] for d in done) == 4 * 150
-    run = stages.train_surrogate(stage, log=lambda *_: None)
+    run = steps.train_surrogate(ctx, log=lambda *_: None)
     assert run["model"] == "structured" and 0 < run["heldout_mape"] < 0.25 and not run["reused"]
-    learned = stages.learn(stage, log=lambda *_: None)
-    default_id, default = stage.default_table()
+    learned = steps.learn(ctx, log=lambda *_: None)
+    default_id, default = ctx.default_table()
     assert learned["learned_val_mape"] <= learned["default_val_mape"]
-    evals = stages.evaluate(stage, [default_id, learned["table_id"]])
+    evals = steps.evaluate(ctx, [default_id, learned["table_id"]])
     assert set(evals["split"]) == {"val", "test"}
     assert {"all", "len:1-4", "mem:memory", "mem:register"} <= set(evals["slice"])
     val = evals.filter((evals["split"] == "val") & (evals["slice"] == "all"))
     by_table = dict(zip(val["table_id"], val["mape"]))
     assert by_table[learned["table_id"]] <= by_table[default_id] + 1e-12  # selected on val
-    stage.engine.compile(queries.load_table(warehouse, learned["table_id"]))  # a valid table
+    ctx.engine.compile(queries.load_table(warehouse, learned["table_id"]))  # a valid table
 
     counts = {
         t: _count(warehouse, t)
         for t in ("param_tables", "param_values", "simulations", "surrogate_runs", "predictions", "evaluations")
     }
-    assert not stages.default_params(stage)["new"]
-    assert stages.sampled_tables(stage)["new_tables"] == 0
-    assert all(stages.simulate_shard(stage, s)["simulated"] == 0 for s in range(2))
-    assert stages.train_surrogate(stage)["reused"]
-    again = stages.learn(stage)
+    assert not steps.default_params(ctx)["new"]
+    assert steps.sampled_tables(ctx)["new_tables"] == 0
+    assert all(steps.simulate_shard(ctx, s)["simulated"] == 0 for s in range(2))
+    assert steps.train_surrogate(ctx)["reused"]
+    again = steps.learn(ctx)
     assert again["reused"] and again["learned_val_mape"] == learned["learned_val_mape"]
-    stages.evaluate(stage, [default_id, learned["table_id"]])
+    steps.evaluate(ctx, [default_id, learned["table_id"]])
     assert {t: _count(warehouse, t) for t in counts} == counts
 
 
-def test_interrupted_simulation_resumes_without_loss_or_duplicates(stage, warehouse, monkeypatch):
-    stages.sampled_tables(stage)
+def test_interrupted_simulation_resumes_without_loss_or_duplicates(ctx, warehouse, monkeypatch):
+    steps.sampled_tables(ctx)
     real = Engine.simulate_pairs
     calls = {"n": 0}
 
@@ -86,13 +86,13 @@ def test_interrupted_simulation_resumes_without_loss_or_duplicates(stage, wareho
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(Engine, "simulate_pairs", failing)
-    one = stages.StageContext(stage.db, stage.engine, override(TINY, {"shards": 1}))  # every table in shard 0
+    one = steps.StepContext(ctx.db, ctx.engine, override(TINY, {"shards": 1}))  # every table in shard 0
     with pytest.raises(KeyboardInterrupt):
-        stages.simulate_shard(one, 0, chunk=100)
+        steps.simulate_shard(one, 0, chunk=100)
     partial = _count(warehouse, "simulations")
     assert partial == 100
     monkeypatch.setattr(Engine, "simulate_pairs", real)
-    out = stages.simulate_shard(one, 0, chunk=100)
+    out = steps.simulate_shard(one, 0, chunk=100)
     assert (out["planned"], out["already_done"], out["simulated"]) == (600, 100, 500)
     assert _count(warehouse, "simulations") == 600
     dupes = store.query(
@@ -137,15 +137,15 @@ def test_materialise_the_whole_graph_with_the_cli(tmp_path, monkeypatch):
     assert moved.exit_code == 0 and moved.stdout.startswith("opcode,param,idx,base,value,delta")
 
 
-def test_a_tuning_change_reuses_the_surrogate_and_relearns(stage):
-    stages.sampled_tables(stage)
+def test_a_tuning_change_reuses_the_surrogate_and_relearns(ctx):
+    steps.sampled_tables(ctx)
     for s in range(2):
-        stages.simulate_shard(stage, s)
-    first = stages.train_surrogate(stage, log=lambda *_: None)
-    learned = stages.learn(stage, log=lambda *_: None)
-    retuned = stages.StageContext(stage.db, stage.engine, override(TINY, {"tune.steps": 3}))
-    assert stages.train_surrogate(retuned)["run_id"] == first["run_id"] and stages.train_surrogate(retuned)["reused"]
-    again = stages.learn(retuned, log=lambda *_: None)
+        steps.simulate_shard(ctx, s)
+    first = steps.train_surrogate(ctx, log=lambda *_: None)
+    learned = steps.learn(ctx, log=lambda *_: None)
+    retuned = steps.StepContext(ctx.db, ctx.engine, override(TINY, {"tune.steps": 3}))
+    assert steps.train_surrogate(retuned)["run_id"] == first["run_id"] and steps.train_surrogate(retuned)["reused"]
+    again = steps.learn(retuned, log=lambda *_: None)
     assert not again["reused"] and again["table_id"] != learned["table_id"]
 
 
@@ -153,16 +153,16 @@ def test_a_tuning_change_reuses_the_surrogate_and_relearns(stage):
     "model, tuner",
     [("ithemal", "surrogate"), ("structured", "surrogate"), ("structured", "direct"), ("structured", "combined")],
 )
-def test_each_surrogate_and_tuner_learns_a_valid_table_no_worse_on_val(stage, model, tuner):
-    stages.sampled_tables(stage)
+def test_each_surrogate_and_tuner_learns_a_valid_table_no_worse_on_val(ctx, model, tuner):
+    steps.sampled_tables(ctx)
     for s in range(2):
-        stages.simulate_shard(stage, s)
-    chosen = stages.StageContext(stage.db, stage.engine, override(TINY, {"surrogate_model": model, "tuner": tuner}))
-    run = stages.train_surrogate(chosen, log=lambda *_: None)
+        steps.simulate_shard(ctx, s)
+    chosen = steps.StepContext(ctx.db, ctx.engine, override(TINY, {"surrogate_model": model, "tuner": tuner}))
+    run = steps.train_surrogate(chosen, log=lambda *_: None)
     assert run["model"] == model and run["heldout_mape"] < 1.0
-    out = stages.learn(chosen, log=lambda *_: None)
-    learned = queries.load_table(stage.db, out["table_id"])
-    stage.engine.compile(learned)
+    out = steps.learn(chosen, log=lambda *_: None)
+    learned = queries.load_table(ctx.db, out["table_id"])
+    ctx.engine.compile(learned)
     _, default = chosen.default_table()
     assert chosen.score(learned, "val")[0] <= chosen.score(default, "val")[0] + 1e-12
     ran = {h["stage"] for h in out["history"]}

@@ -1,32 +1,32 @@
 """DiffTune assets: default table, hardware features, sampled tables,
 simulations (sharded), surrogate, learned parameters, evaluation. Each calls
-one idempotent stage of ``difftune_pipeline.stages`` and translates its result;
+one idempotent stage of ``difftune_pipeline.steps`` and translates its result;
 materialising again with nothing changed finds the stored result and does no work."""
 
 import dagster as dg
 import polars as pl
 
-from difftune_pipeline import config, quality, stages
+from difftune_pipeline import config, quality, steps
 from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM
 from difftune_pipeline.defs.ingest import WRITER_POOL
 from difftune_pipeline.defs.metadata import check_result, markdown, row_count
 from difftune_pipeline.defs.resources import DiffTuneSettings, EngineResource, Warehouse
 from difftune_pipeline.reporting.plots import markdown_image
-from difftune_pipeline.stages.checks import engine_exactness as exactness
-from difftune_pipeline.stages.context import CODE_VERSIONS
+from difftune_pipeline.steps.checks import engine_exactness as exactness
+from difftune_pipeline.steps.context import CODE_VERSIONS
 
 GROUP = "difftune"
 SHARDS = dg.StaticPartitionsDefinition([f"shard-{i}" for i in range(config.Settings().shards)])
 
 
-def _ctx(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings) -> stages.StageContext:
+def _ctx(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings) -> steps.StepContext:
     chosen = settings.get()
     if chosen.shards != len(SHARDS.get_partition_keys()):
         raise dg.Failure(
             f"shards = {chosen.shards}, but the simulations asset has {len(SHARDS.get_partition_keys())} "
             "partitions: the shard count is fixed by the partitions"
         )
-    return stages.StageContext(warehouse.path, engine.get(), chosen)
+    return steps.StepContext(warehouse.path, engine.get(), chosen)
 
 
 @dg.asset(
@@ -40,7 +40,7 @@ def _ctx(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSetting
 def default_params(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings) -> dg.MaterializeResult:
     """LLVM's own table for the configured -mcpu: every opcode, plus the variant
     resolutions used by the measured blocks (tables ``param_tables``/``param_values``)."""
-    out = stages.default_params(_ctx(warehouse, engine, settings))
+    out = steps.default_params(_ctx(warehouse, engine, settings))
     return dg.MaterializeResult(
         metadata={"table_id": out["table_id"], "rows": out["rows"]}, data_version=dg.DataVersion(out["table_id"])
     )
@@ -60,7 +60,7 @@ def block_features(warehouse: Warehouse, engine: EngineResource, settings: DiffT
     loads, stores, store→load memory dependencies, the critical and loop-carried
     dependency chains, port pressure and dispatch load under the default table,
     and the bottleneck they point to. Errors are sliced by it in ``evaluation``."""
-    out = stages.block_features(_ctx(warehouse, engine, settings))
+    out = steps.block_features(_ctx(warehouse, engine, settings))
     return dg.MaterializeResult(
         metadata={
             "table_id": out["table_id"],
@@ -83,7 +83,7 @@ def sampled_tables(warehouse: Warehouse, engine: EngineResource, settings: DiffT
     """Parameter tables sampled from ``(preset, seed)``: DiffTune's uniform preset
     and one that perturbs the defaults. Only their ids are stored; their values
     are regenerated from preset and seed."""
-    out = stages.sampled_tables(_ctx(warehouse, engine, settings))
+    out = steps.sampled_tables(_ctx(warehouse, engine, settings))
     return dg.MaterializeResult(metadata=out, data_version=dg.DataVersion(f"{out['space_id']}-{out['tables']}"))
 
 
@@ -103,7 +103,7 @@ def simulations(
     A shard skips pairs already stored: an interrupted run resumes without
     repeating or duplicating work."""
     shard = SHARDS.get_partition_keys().index(context.partition_key)
-    out = stages.simulate_shard(_ctx(warehouse, engine, settings), shard)
+    out = steps.simulate_shard(_ctx(warehouse, engine, settings), shard)
     return dg.MaterializeResult(metadata={**out, **row_count(warehouse, "simulations")})
 
 
@@ -131,7 +131,7 @@ def surrogate(
     checkpoint under ``warehouse/models/`` and a row in ``surrogate_runs``, with
     its fidelity against the engine on held-out blocks."""
     ctx = _ctx(warehouse, engine, settings)
-    out = stages.train_surrogate(ctx, log=context.log.info)
+    out = steps.train_surrogate(ctx, log=context.log.info)
     yield dg.MaterializeResult(
         metadata={
             "run_id": out["run_id"],
@@ -172,7 +172,7 @@ def learned_params(
     """The table learned against the train measurements by the configured tuner:
     through the frozen surrogate (DiffTune), by direct search on the engine, or
     both combined (the default); selected on val with the real engine."""
-    out = stages.learn(_ctx(warehouse, engine, settings), log=context.log.info)
+    out = steps.learn(_ctx(warehouse, engine, settings), log=context.log.info)
     meta = {"table_id": out["table_id"], "reused": out["reused"]}
     if not out["reused"]:
         meta["val_mape_by_step"] = markdown(pl.DataFrame(out["history"]))
@@ -203,7 +203,7 @@ def engine_exactness(warehouse: Warehouse, engine: EngineResource) -> dg.AssetCh
 def evaluation(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings) -> dg.MaterializeResult:
     """Default and learned tables through the real engine on val and test,
     overall and per slice (tables ``evaluations`` and ``predictions``)."""
-    out = stages.evaluate_latest(_ctx(warehouse, engine, settings))
+    out = steps.evaluate_latest(_ctx(warehouse, engine, settings))
     table = out["comparison"]
     test = table.filter(pl.col("split") == "test")
     worse = test.filter(pl.col("worse"))["slice"].to_list()

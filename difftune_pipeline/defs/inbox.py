@@ -8,7 +8,7 @@ from difftune_pipeline.defs.metadata import check_result, row_count
 from difftune_pipeline.defs.resources import EngineResource, Inbox, Warehouse
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.ingest import inbox as inbox_files
-from difftune_pipeline.stages.checks import measurement_sanity
+from difftune_pipeline.steps.checks import measurement_sanity
 from difftune_pipeline.warehouse import queries
 
 BATCHES = dg.DynamicPartitionsDefinition(name="measurement_batches")

@@ -10,7 +10,7 @@ from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM
 from difftune_pipeline.defs.metadata import check_result, markdown, row_count
 from difftune_pipeline.defs.resources import DataSources, EngineResource, Warehouse
 from difftune_pipeline.ingest import batches as ingest
-from difftune_pipeline.stages.checks import measurement_sanity
+from difftune_pipeline.steps.checks import measurement_sanity
 from difftune_pipeline.warehouse import queries
 
 GROUP = "ingest"

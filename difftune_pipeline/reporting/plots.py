@@ -11,6 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import polars as pl
 
+from difftune_pipeline.model.metrics import mape
+
 
 def predicted_vs_measured(frame: pl.DataFrame, title: str) -> bytes:
     """Log-log scatter of engine cycles against measured cycles (per 100
@@ -21,7 +23,7 @@ def predicted_vs_measured(frame: pl.DataFrame, title: str) -> bytes:
     hi = float(max(frame["measured"].max(), *(frame[c].max() or 0 for c in series))) * 2
     for ax, name in zip(axes[0], series):
         ok = frame.filter(pl.col(name).is_not_null())
-        err = ((ok[name] - ok["measured"]).abs() / ok["measured"]).mean()
+        err = mape(ok[name], ok["measured"])
         ax.scatter(ok["measured"], ok[name], s=6, alpha=0.4, edgecolors="none")
         ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8)
         ax.set(

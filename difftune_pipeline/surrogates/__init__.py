@@ -1,7 +1,7 @@
 """Differentiable surrogates of the engine, by name. Adding one is a module
 with a ``Surrogate`` subclass (its forward pass) and a line here."""
 
-from difftune_pipeline.surrogates.base import Pairs, Predict, Surrogate, mape_loss
+from difftune_pipeline.surrogates.base import Pairs, Predict, Surrogate, mape_loss, relative_error
 from difftune_pipeline.surrogates.lstm import LSTMSurrogate
 from difftune_pipeline.surrogates.structured import StructuredSurrogate
 
@@ -14,4 +14,4 @@ def surrogate_type(kind: str) -> type[Surrogate]:
     return SURROGATES[kind]
 
 
-__all__ = ["SURROGATES", "Pairs", "Predict", "Surrogate", "mape_loss", "surrogate_type"]
+__all__ = ["SURROGATES", "Pairs", "Predict", "Surrogate", "mape_loss", "relative_error", "surrogate_type"]

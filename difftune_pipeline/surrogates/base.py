@@ -24,9 +24,14 @@ from difftune_pipeline.model.sampling import Pairs
 Predict = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+def relative_error(pred: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+    """|pred - truth| / truth per element."""
+    return (pred - truth).abs() / truth
+
+
 def mape_loss(pred: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
     """Mean absolute percentage error (a fraction): the loss of training and tuning."""
-    return ((pred - truth).abs() / truth).mean()
+    return relative_error(pred, truth).mean()
 
 
 def heldout_blocks(n_blocks: int, block_idx: torch.Tensor, fraction: float, rng: np.random.Generator) -> torch.Tensor:

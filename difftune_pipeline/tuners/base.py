@@ -40,7 +40,7 @@ class Problem:
 
 class Tuner(Protocol):
     stage: ClassVar[str]  # its name in the history
-    needs_surrogate: ClassVar[bool]
+    needs_surrogate: bool
     config: object  # what its result depends on (part of the learned table's id)
 
     def tune(self, start: ParamTable, problem: Problem) -> tuple[ParamTable, list[dict]]:

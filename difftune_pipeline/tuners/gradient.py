@@ -17,7 +17,7 @@ import torch
 
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.model.params import ParamSpace
-from difftune_pipeline.surrogates import Predict, mape_loss
+from difftune_pipeline.surrogates import Predict, mape_loss, relative_error
 from difftune_pipeline.tuners.base import Problem
 
 
@@ -83,7 +83,7 @@ def gradient(
     truth = torch.tensor(measured, dtype=torch.float32)
     for start in range(0, n_blocks, batch):
         idx = torch.arange(start, min(n_blocks, start + batch))
-        loss = ((predict(theta, g, idx) - truth[idx]).abs() / truth[idx]).sum() / n_blocks
+        loss = relative_error(predict(theta, g, idx), truth[idx]).sum() / n_blocks
         loss.backward()
     grad = theta.grad.numpy()
     return {key: grad[i] for i, key in enumerate(space.keys) if np.any(grad[i])}

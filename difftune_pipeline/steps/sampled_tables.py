@@ -3,11 +3,11 @@ parameter space; only their ids are stored, their values are regenerated."""
 
 from __future__ import annotations
 
-from difftune_pipeline.stages.context import StageContext
+from difftune_pipeline.steps.context import StepContext
 from difftune_pipeline.warehouse import queries, writer
 
 
-def sampled_tables(ctx: StageContext) -> dict:
+def sampled_tables(ctx: StepContext) -> dict:
     space, default, _ = ctx.space()
     tables = ctx.sampled_tables(space)
     with writer(ctx.db) as con:

@@ -10,13 +10,13 @@ import time
 import polars as pl
 
 from difftune_pipeline.model.sampling import planned_blocks, shard_of, simulate
-from difftune_pipeline.stages.context import StageContext
+from difftune_pipeline.steps.context import StepContext
 from difftune_pipeline.warehouse import insert_new, queries, writer
 
 CHUNK = 4000  # pairs per transaction
 
 
-def simulate_shard(ctx: StageContext, shard: int, chunk: int = CHUNK) -> dict:
+def simulate_shard(ctx: StepContext, shard: int, chunk: int = CHUNK) -> dict:
     space, default, blocks = ctx.space()
     mine = [t for t in ctx.sampled_tables(space) if shard_of(t.table_id, ctx.settings.shards) == shard]
     iterations, label = ctx.settings.iterations, f"shard-{shard}"

@@ -9,32 +9,39 @@ from dataclasses import asdict
 
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.model.params import ParamSpace
-from difftune_pipeline.stages.context import CODE_VERSIONS, StageContext, fingerprint
-from difftune_pipeline.stages.surrogate import latest_surrogate
-from difftune_pipeline.tuners import Problem, SurrogateView, Tuner, compose, run
+from difftune_pipeline.steps.context import CODE_VERSIONS, StepContext, fingerprint
+from difftune_pipeline.steps.surrogate import latest_surrogate, load_surrogate
+from difftune_pipeline.tuners import Problem, SurrogateView, compose, run
 from difftune_pipeline.warehouse import queries, writer
 
 
-def learn(ctx: StageContext, log=print) -> dict:
+def learn(ctx: StepContext, log=print) -> dict:
     """Learns only when the measurements, the surrogate, the tuners' settings or
     the code changed. Returns the table id and the val MAPE of the default and
     learned tables (the ``no_worse_than_default`` check reads them)."""
     settings = ctx.settings
     tuners = compose(settings.tuner, settings.tune, settings.search)
-    surrogate_run, view = _surrogate(ctx, tuners)
+    needs_surrogate = any(t.needs_surrogate for t in tuners)
+    surrogate_run = latest_surrogate(ctx) if needs_surrogate else None
     run_id = surrogate_run and surrogate_run["run_id"]
+    # The tune and search settings keep their own slots (None when unused), then
+    # any other tuner's: ids of tables learned before tuners were composable still match.
+    configs = {t.stage: t.config for t in tuners}
     table_id = f"learned-{ctx.uarch}-" + fingerprint(
         CODE_VERSIONS["learned_params"],
         run_id,
         queries.measurement_totals(ctx.db, ctx.uarch),
         settings.tuner,
-        *[t.config for t in tuners],
+        configs.pop("surrogate", None),
+        configs.pop("search", None),
+        *configs.values(),
     )
     default_id, default = ctx.default_table()
     if queries.table_exists(ctx.db, table_id):
         stored = json.loads(queries.table_note(ctx.db, table_id) or "{}").get("val_mape")
         figures = stored or _val_figures(ctx, default, queries.load_table(ctx.db, table_id))
         return {"table_id": table_id, "reused": True, **figures}
+    view = _surrogate_view(ctx, surrogate_run) if needs_surrogate else None
     train_frame, train_blocks = ctx.blocks("train")
     problem = Problem(
         ctx.engine,
@@ -78,15 +85,13 @@ def learn(ctx: StageContext, log=print) -> dict:
     }
 
 
-def _surrogate(ctx: StageContext, tuners: list[Tuner]) -> tuple[dict | None, SurrogateView | None]:
-    """The newest surrogate's run and its predictor over the train blocks, if a tuner needs one."""
-    if not any(t.needs_surrogate for t in tuners):
-        return None, None
-    surrogate_run, surrogate = latest_surrogate(ctx)
+def _surrogate_view(ctx: StepContext, surrogate_run: dict) -> SurrogateView:
+    """The surrogate's predictor over the train blocks, in its parameter space."""
+    surrogate = load_surrogate(surrogate_run)
     train_frame, train_blocks = ctx.blocks("train")
     predict = surrogate.predictor([train_blocks[b] for b in train_frame["block_id"]])
-    return surrogate_run, SurrogateView(predict, ParamSpace.create(surrogate.row_keys, ctx.engine))
+    return SurrogateView(predict, ParamSpace.create(surrogate.row_keys, ctx.engine))
 
 
-def _val_figures(ctx: StageContext, default: ParamTable, learned: ParamTable) -> dict:
+def _val_figures(ctx: StepContext, default: ParamTable, learned: ParamTable) -> dict:
     return {"default_val_mape": ctx.score(default, "val")[0], "learned_val_mape": ctx.score(learned, "val")[0]}

@@ -5,11 +5,11 @@ from __future__ import annotations
 import polars as pl
 
 from difftune_pipeline.model.features import features_frame
-from difftune_pipeline.stages.context import SPLITS, StageContext
+from difftune_pipeline.steps.context import SPLITS, StepContext
 from difftune_pipeline.warehouse import insert_new, queries, writer
 
 
-def block_features(ctx: StageContext) -> dict:
+def block_features(ctx: StepContext) -> dict:
     """Computes only the blocks not stored yet under this table."""
     table_id, table = ctx.default_table()
     blocks = {b: blk for split in SPLITS for b, blk in ctx.blocks(split)[1].items()}

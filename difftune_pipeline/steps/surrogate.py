@@ -10,12 +10,12 @@ from pathlib import Path
 import polars as pl
 
 from difftune_pipeline.model.sampling import training_pairs
-from difftune_pipeline.stages.context import CODE_VERSIONS, StageContext, fingerprint
+from difftune_pipeline.steps.context import CODE_VERSIONS, StepContext, fingerprint
 from difftune_pipeline.surrogates import Surrogate, surrogate_type
 from difftune_pipeline.warehouse import insert_new, queries, writer
 
 
-def train_surrogate(ctx: StageContext, log=print) -> dict:
+def train_surrogate(ctx: StepContext, log=print) -> dict:
     """Trains only when the simulations, the configuration or the code changed."""
     settings = ctx.settings
     kind = surrogate_type(settings.surrogate_model)
@@ -62,11 +62,15 @@ def train_surrogate(ctx: StageContext, log=print) -> dict:
     return {**row, "reused": False}
 
 
-def latest_surrogate(ctx: StageContext) -> tuple[dict, Surrogate]:
-    """The newest trained surrogate of this µarch and the configured model, loaded.
+def latest_surrogate(ctx: StepContext) -> dict:
+    """The run of the newest trained surrogate of this µarch and the configured model.
     New measurements re-tune through it until the next full re-tune trains a new one."""
     model = ctx.settings.surrogate_model
     for run in queries.surrogate_runs(ctx.db, ctx.uarch, model):
         if Path(run["checkpoint"]).exists():
-            return run, surrogate_type(model).load(run["checkpoint"])
+            return run
     raise ValueError(f"no trained {model} surrogate for {ctx.uarch}: materialise the surrogate first")
+
+
+def load_surrogate(run: dict) -> Surrogate:
+    return surrogate_type(run["model"]).load(run["checkpoint"])

@@ -1,5 +1,5 @@
-"""What every stage works in: the warehouse, the engine of one µarch, the
-settings, and the views of the warehouse the stages read — each read from the
+"""What every step works in: the warehouse, the engine of one µarch, the
+settings, and the views of the warehouse the steps read — each read from the
 warehouse and disassembled once per context."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from difftune_pipeline.warehouse import queries
 
 SPLITS = ("train", "val", "test")
 
-# Bump when a stage's code changes what it produces: results of older code are not reused.
+# Bump when a step's code changes what it produces: results of older code are not reused.
 CODE_VERSIONS = {
     "default_params": "1",
     "features": "1",
@@ -33,7 +33,7 @@ CODE_VERSIONS = {
 
 
 def fingerprint(*parts) -> str:
-    """A stage's result key: what it read, how it was configured, its code version."""
+    """A step's result key: what it read, how it was configured, its code version."""
     text = json.dumps(
         parts, sort_keys=True, default=lambda x: asdict(x) if hasattr(x, "__dataclass_fields__") else str(x)
     )
@@ -41,7 +41,7 @@ def fingerprint(*parts) -> str:
 
 
 @dataclass
-class StageContext:
+class StepContext:
     db: str
     engine: Engine
     settings: Settings
@@ -54,12 +54,6 @@ class StageContext:
     @property
     def models_dir(self) -> Path:
         path = Path(self.db).resolve().parent / "models"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    @property
-    def reports_dir(self) -> Path:
-        path = Path(self.db).resolve().parent / "reports"
         path.mkdir(parents=True, exist_ok=True)
         return path
 

@@ -8,11 +8,11 @@ import polars as pl
 from difftune_pipeline.model.metrics import metrics_by_slice, slices
 from difftune_pipeline.reporting.compare import changed_parameters, compare
 from difftune_pipeline.reporting.report import write_scatter
-from difftune_pipeline.stages.context import StageContext
+from difftune_pipeline.steps.context import StepContext
 from difftune_pipeline.warehouse import insert_new, queries, writer
 
 
-def evaluate(ctx: StageContext, table_ids: list[str]) -> pl.DataFrame:
+def evaluate(ctx: StepContext, table_ids: list[str]) -> pl.DataFrame:
     """The ``evaluations`` rows of ``table_ids``, evaluating those not stored yet."""
     (val_frame, val_blocks), (test_frame, test_blocks) = ctx.blocks("val"), ctx.blocks("test")
     frame, blocks = pl.concat([val_frame, test_frame]), {**val_blocks, **test_blocks}
@@ -21,7 +21,7 @@ def evaluate(ctx: StageContext, table_ids: list[str]) -> pl.DataFrame:
         queries.block_sources(ctx.db),
         queries.bottlenecks(ctx.db, ctx.default_table()[0]),
     )
-    iterations = ctx.settings.iterations
+    iterations, now = ctx.settings.iterations, queries.now()
     for table_id in table_ids:
         if queries.evaluated(ctx.db, table_id, ctx.uarch):
             continue
@@ -51,14 +51,14 @@ def evaluate(ctx: StageContext, table_ids: list[str]) -> pl.DataFrame:
                 metrics.with_columns(
                     pl.lit(table_id).alias("table_id"),
                     pl.lit(ctx.uarch).alias("uarch"),
-                    pl.lit(queries.now()).alias("evaluated_at"),
+                    pl.lit(now).alias("evaluated_at"),
                 ),
                 ["table_id", "uarch", "split", "slice"],
             )
     return queries.evaluations(ctx.db, ctx.uarch, table_ids)
 
 
-def evaluate_latest(ctx: StageContext) -> dict:
+def evaluate_latest(ctx: StepContext) -> dict:
     """The default and the newest learned table compared per (split, slice), the
     parameters that moved most, and the predicted-vs-measured figure (also written
     under ``reports/``)."""
