@@ -82,5 +82,10 @@ def test_environment_overrides_reach_the_runs(monkeypatch):
 
 def test_a_bad_override_stops_the_definitions_from_loading(monkeypatch):
     monkeypatch.setenv("DIFFTUNE_SETTINGS", '{"search.budget": "lots"}')
-    with pytest.raises(ValueError, match="'budget' must be of type int"):
+    with pytest.raises(Exception) as failure:  # Dagster wraps it in the error of the defs module
         defs()
+    causes, error = [], failure.value
+    while error is not None:
+        causes.append(str(error))
+        error = error.__cause__
+    assert any("setting 'budget' must be of type int, got 'lots'" in c for c in causes), causes
