@@ -11,7 +11,7 @@ from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.steps.context import CODE_VERSIONS, StepContext, fingerprint
 from difftune_pipeline.steps.surrogate import latest_surrogate, load_surrogate
-from difftune_pipeline.tuners import Problem, SurrogateView, compose, run
+from difftune_pipeline.tuners import Problem, SurrogateView, Tuner, compose, run
 from difftune_pipeline.warehouse import queries, writer
 
 
@@ -24,18 +24,7 @@ def learn(ctx: StepContext, log=print) -> dict:
     needs_surrogate = any(t.needs_surrogate for t in tuners)
     surrogate_run = latest_surrogate(ctx) if needs_surrogate else None
     run_id = surrogate_run and surrogate_run["run_id"]
-    # The tune and search settings keep their own slots (None when unused), then
-    # any other tuner's: ids of tables learned before tuners were composable still match.
-    configs = {t.stage: t.config for t in tuners}
-    table_id = f"learned-{ctx.uarch}-" + fingerprint(
-        CODE_VERSIONS["learned_params"],
-        run_id,
-        queries.measurement_totals(ctx.db, ctx.uarch),
-        settings.tuner,
-        configs.pop("surrogate", None),
-        configs.pop("search", None),
-        *configs.values(),
-    )
+    table_id = _learned_id(ctx, tuners, run_id)
     default_id, default = ctx.default_table()
     if queries.table_exists(ctx.db, table_id):
         stored = json.loads(queries.table_note(ctx.db, table_id) or "{}").get("val_mape")
@@ -83,6 +72,22 @@ def learn(ctx: StepContext, log=print) -> dict:
         "changed_rows": len(best.changed_rows(default)),
         **figures,
     }
+
+
+def _learned_id(ctx: StepContext, tuners: list[Tuner], surrogate_run_id: str | None) -> str:
+    """What the learned table depends on. The tune and search settings keep their own
+    slots (None when unused), then any other tuner's: ids of tables learned before
+    tuners were composable still match."""
+    configs = {t.stage: t.config for t in tuners}
+    return f"learned-{ctx.uarch}-" + fingerprint(
+        CODE_VERSIONS["learned_params"],
+        surrogate_run_id,
+        queries.measurement_totals(ctx.db, ctx.uarch),
+        ctx.settings.tuner,
+        configs.pop("surrogate", None),
+        configs.pop("search", None),
+        *configs.values(),
+    )
 
 
 def _surrogate_view(ctx: StepContext, surrogate_run: dict) -> SurrogateView:
