@@ -7,7 +7,7 @@ from difftune_pipeline.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "difftune_pipeline" / "data" / "sample"
-SHARED_DATA = ROOT.parent / "shared" / "data"
+TEST_DATA = ROOT / "tests" / "data"
 
 
 @pytest.fixture(scope="session")
