@@ -17,21 +17,6 @@ import torch
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.model.graph import BlockGraphs, dependencies, latency_bounds
 
-FEATURES = [
-    "n_insts",
-    "n_uops",
-    "regs_read",
-    "regs_written",
-    "loads",
-    "stores",
-    "memory_deps",
-    "loop_carried_memory_deps",
-    "chain_cycles",
-    "loop_carried_cycles",
-    "port_pressure_cycles",
-    "dispatch_cycles",
-    "bottleneck",
-]
 COUNTS = (
     "n_insts",
     "n_uops",
@@ -42,6 +27,7 @@ COUNTS = (
     "memory_deps",
     "loop_carried_memory_deps",
 )
+FEATURES = [*COUNTS, "chain_cycles", "loop_carried_cycles", "port_pressure_cycles", "dispatch_cycles", "bottleneck"]
 EMPTY_ROW = {"latency": [], "uops": 0, "read_advance": [], "ports": {}}
 BATCH = 256  # blocks whose dependency chains are computed together
 

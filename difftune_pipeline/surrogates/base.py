@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -22,6 +22,16 @@ from difftune_pipeline.model.sampling import Pairs
 
 # predict(table matrix [rows, P], globals [2], block indices) -> cycles of those blocks under the table
 Predict = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class FitConfig:
+    """What every surrogate's training reads besides its own fields."""
+
+    lr: float = 1e-3
+    heldout_fraction: float = 0.1  # of the blocks, never trained on
+    seed: int = 0
+    threads: int = 2
 
 
 def relative_error(pred: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
@@ -43,9 +53,8 @@ def heldout_blocks(n_blocks: int, block_idx: torch.Tensor, fraction: float, rng:
 class Surrogate:
     """A differentiable model of the engine: cycles of a block under a parameter table.
 
-    A subclass names itself (``kind``), its configuration type (with ``lr``,
-    ``heldout_fraction``, ``seed`` and ``threads``), and supplies the methods
-    marked *model*; the rest is shared.
+    A subclass names itself (``kind``), takes a ``FitConfig`` of its own, and
+    supplies the methods marked *model*; the rest is shared.
     """
 
     kind: ClassVar[str]

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from difftune_pipeline.surrogates.base import Pairs, Surrogate
+from difftune_pipeline.surrogates.base import FitConfig, Pairs, Surrogate
 
 PAD, UNK = "<PAD>", "<UNK>"
 PARAM_SCALE = 10.0  # parameter values are fed divided by this
@@ -67,16 +67,13 @@ class Vocabulary:
 
 
 @dataclass
-class LSTMConfig:
+class LSTMConfig(FitConfig):
     embed: int = 32
     hidden: int = 64
     epochs: int = 20
     lr: float = 1e-3
     clip: float = 5.0
     blocks_per_step: int = 16
-    heldout_fraction: float = 0.1
-    seed: int = 0
-    threads: int = 2
 
 
 class HierarchicalLSTM(nn.Module):

@@ -27,21 +27,18 @@ from torch import nn
 from difftune_pipeline.model.features import containment
 from difftune_pipeline.model.graph import BatchGraph, BlockGraphs, dependencies, latency_bounds
 from difftune_pipeline.model.params import READ_ADVANCE_SLOTS
-from difftune_pipeline.surrogates.base import Pairs, Surrogate
+from difftune_pipeline.surrogates.base import FitConfig, Pairs, Surrogate
 
 STATIC = ["n_insts", "loads", "stores", "regs_read", "regs_written", "memory_deps"]
 
 
 @dataclass
-class StructuredConfig:
+class StructuredConfig(FitConfig):
     hidden: int = 32
     seconds: float = 120.0  # training time (the comparison gives both surrogates the same)
     max_epochs: int = 30
     lr: float = 5e-3
     batch: int = 512
-    heldout_fraction: float = 0.1
-    seed: int = 0
-    threads: int = 2
 
 
 @dataclass
