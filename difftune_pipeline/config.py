@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from difftune_pipeline.model.params import PRESETS
+from difftune_pipeline.surrogates import surrogate_type
 from difftune_pipeline.surrogates.lstm import LSTMConfig
 from difftune_pipeline.surrogates.structured import StructuredConfig
+from difftune_pipeline.tuners import compose
 from difftune_pipeline.tuners.gradient import TuneConfig
 from difftune_pipeline.tuners.search import SearchConfig
 
@@ -38,7 +41,7 @@ class Settings:
     @property
     def surrogate_config(self):
         """The configuration of the chosen surrogate model."""
-        return self.structured if self.surrogate_model == "structured" else self.lstm
+        return getattr(self, surrogate_type(self.surrogate_model).settings_field)
 
 
 PROFILES: dict[str, dict[str, Any]] = {
@@ -111,7 +114,13 @@ def settings_for(profile: str, overrides: dict[str, Any] | None = None) -> Setti
     """A profile's settings, with ``overrides`` on top."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}: one of {sorted(PROFILES)}")
-    return override(override(Settings(), PROFILES[profile]), overrides or {})
+    settings = override(override(Settings(), PROFILES[profile]), overrides or {})
+    surrogate_type(settings.surrogate_model)  # refuses an unknown name, listing the known ones
+    compose(settings.tuner, settings.tune, settings.search)
+    unknown = [p for p in settings.presets if p not in PRESETS]
+    if unknown:
+        raise ValueError(f"unknown sampling presets {unknown}: one of {PRESETS}")
+    return settings
 
 
 def parse_overrides(text: str | None) -> dict[str, Any]:

@@ -32,6 +32,9 @@ def test_profiles_are_overrides_of_one_base():
         ({"search.halving": 1}, "must be of type bool"),
         ({"search": 1}, "is a group"),
         ({"presets": ["perturb", 3]}, "must be of type tuple"),
+        ({"presets": ["perturb", "gaussian"]}, "unknown sampling presets"),
+        ({"tuner": "annealing"}, "unknown tuner 'annealing'"),
+        ({"surrogate_model": "transformer"}, "unknown surrogate model 'transformer'"),
     ],
 )
 def test_bad_overrides_are_refused_by_name(overrides, message):

@@ -58,6 +58,7 @@ class Surrogate:
     """
 
     kind: ClassVar[str]
+    settings_field: ClassVar[str]  # the field of ``config.Settings`` that holds its configuration
     max_epochs: int
     seconds: float = math.inf  # training time limit
     clip: float | None = None  # gradient-norm clipping

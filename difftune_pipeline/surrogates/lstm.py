@@ -154,6 +154,7 @@ class LSTMSurrogate(Surrogate):
     """The hierarchical LSTM with its vocabulary (from the blocks it is created over)."""
 
     kind = "ithemal"
+    settings_field = "lstm"
 
     def __init__(self, row_keys: list[str], config: LSTMConfig, vocab: Vocabulary, model=None):
         super().__init__(row_keys, config, model)

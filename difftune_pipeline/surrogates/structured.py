@@ -128,6 +128,7 @@ class StructuredSurrogate(Surrogate):
     """The bounds with their learned correction, over the resources of the CPU."""
 
     kind = "structured"
+    settings_field = "structured"
 
     def __init__(self, row_keys: list[str], config: StructuredConfig, contain: np.ndarray, model=None):
         super().__init__(row_keys, config, model)
