@@ -28,10 +28,10 @@ class Verdict:
     metadata: dict = field(default_factory=dict)
 
 
-def measurement_sanity(rows: pl.DataFrame, batch_ids: list[str]) -> Verdict:
+def measurement_sanity(rows: pl.DataFrame | None, batch_ids: list[str]) -> Verdict:
     """Each batch: few rows quarantined, and throughputs a real core can reach.
     ``rows``: per batch, rows read, ingested, quarantined and above ``MAX_IPC``
-    instructions per cycle (``queries.batch_sanity``)."""
+    instructions per cycle (``queries.batch_sanity``; not read when there is no batch)."""
     if not batch_ids:
         return Verdict(True, "no measurement batches to check")
     rows = rows.with_columns(

@@ -9,7 +9,7 @@ import polars as pl
 from difftune_pipeline import config, quality, steps
 from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM
 from difftune_pipeline.defs.ingest import WRITER_POOL
-from difftune_pipeline.defs.metadata import check_result, markdown, row_count
+from difftune_pipeline.defs.metadata import blocking_check, check_result, markdown, row_count
 from difftune_pipeline.defs.resources import DiffTuneSettings, EngineResource, Warehouse
 from difftune_pipeline.reporting.plots import markdown_image
 from difftune_pipeline.steps.checks import engine_exactness as exactness
@@ -115,12 +115,7 @@ def simulations(
     code_version=CODE_VERSIONS["surrogate"],
     automation_condition=FOLLOWS_UPSTREAM,
     check_specs=[
-        dg.AssetCheckSpec(
-            "surrogate_fidelity",
-            asset="surrogate",
-            blocking=True,
-            description="Held-out MAPE against the engine within the limit",
-        )
+        blocking_check("surrogate_fidelity", "surrogate", "Held-out MAPE against the engine within the limit")
     ],
 )
 def surrogate(
@@ -158,11 +153,8 @@ def surrogate(
     code_version=CODE_VERSIONS["learned_params"],
     automation_condition=FOLLOWS_UPSTREAM,
     check_specs=[
-        dg.AssetCheckSpec(
-            "no_worse_than_default",
-            asset="learned_params",
-            blocking=True,
-            description="Engine MAPE on val of the learned table ≤ the default's",
+        blocking_check(
+            "no_worse_than_default", "learned_params", "Engine MAPE on val of the learned table ≤ the default's"
         )
     ],
 )

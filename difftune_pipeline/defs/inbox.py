@@ -3,8 +3,8 @@ batch and requests its ingestion; automation conditions re-tune what depends on 
 
 import dagster as dg
 
-from difftune_pipeline.defs.ingest import GROUP, WRITER_POOL, batch_metadata
-from difftune_pipeline.defs.metadata import check_result, row_count
+from difftune_pipeline.defs.ingest import GROUP, SANITY, SANITY_DESCRIPTION, WRITER_POOL, batch_metadata
+from difftune_pipeline.defs.metadata import blocking_check, check_result, row_count
 from difftune_pipeline.defs.resources import EngineResource, Inbox, Warehouse
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.ingest import inbox as inbox_files
@@ -12,7 +12,6 @@ from difftune_pipeline.steps.checks import measurement_sanity
 from difftune_pipeline.warehouse import queries
 
 BATCHES = dg.DynamicPartitionsDefinition(name="measurement_batches")
-SANITY = "measurement_sanity"
 
 
 @dg.asset(
@@ -20,15 +19,7 @@ SANITY = "measurement_sanity"
     partitions_def=BATCHES,
     pool=WRITER_POOL,
     kinds={"duckdb"},
-    check_specs=[
-        dg.AssetCheckSpec(
-            SANITY,
-            asset="measurement_batches",
-            blocking=True,
-            partitions_def=BATCHES,
-            description="Few rows quarantined; throughputs a real core can reach",
-        )
-    ],
+    check_specs=[blocking_check(SANITY, "measurement_batches", SANITY_DESCRIPTION, partitions_def=BATCHES)],
 )
 def measurement_batches(context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, inbox: Inbox):
     """One batch dropped into the inbox (``<inbox>/<mcpu>/<name>.csv``), ingested

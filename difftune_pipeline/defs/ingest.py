@@ -7,7 +7,7 @@ import dagster as dg
 import polars as pl
 
 from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM
-from difftune_pipeline.defs.metadata import check_result, markdown, row_count
+from difftune_pipeline.defs.metadata import blocking_check, check_result, markdown, row_count
 from difftune_pipeline.defs.resources import DataSources, EngineResource, Warehouse
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.steps.checks import measurement_sanity
@@ -15,6 +15,8 @@ from difftune_pipeline.warehouse import queries
 
 GROUP = "ingest"
 WRITER_POOL = "duckdb_writer"
+SANITY = "measurement_sanity"
+SANITY_DESCRIPTION = "Few rows quarantined; throughputs a real core can reach"
 
 
 def batch_metadata(summaries: list[ingest.BatchSummary]) -> dict:
@@ -43,14 +45,7 @@ def block_sources(warehouse: Warehouse, engine: EngineResource, sources: DataSou
     group_name=GROUP,
     pool=WRITER_POOL,
     kinds={"duckdb"},
-    check_specs=[
-        dg.AssetCheckSpec(
-            "measurement_sanity",
-            asset="measurements",
-            blocking=True,
-            description="Few rows quarantined; throughputs a real core can reach",
-        )
-    ],
+    check_specs=[blocking_check(SANITY, "measurements", SANITY_DESCRIPTION)],
 )
 def measurements(warehouse: Warehouse, engine: EngineResource, sources: DataSources):
     """Measured throughputs (BHive's ``hex,cycles per 100 iterations``, one µarch
@@ -60,7 +55,7 @@ def measurements(warehouse: Warehouse, engine: EngineResource, sources: DataSour
         for f in sources.measurement_files
     ]
     yield dg.MaterializeResult(metadata={**batch_metadata(summaries), **row_count(warehouse, "measurements")})
-    yield check_result("measurement_sanity", measurement_sanity(warehouse.path, [s.batch_id for s in summaries]))
+    yield check_result(SANITY, measurement_sanity(warehouse.path, [s.batch_id for s in summaries]))
 
 
 @dg.asset(

@@ -29,6 +29,11 @@ def row_count(warehouse, table: str) -> dict:
     return {"dagster/row_count": queries.row_count(warehouse.path, table)}
 
 
+def blocking_check(name: str, asset: str, description: str, **kwargs) -> dg.AssetCheckSpec:
+    """A check that, failing, stops everything downstream of ``asset``."""
+    return dg.AssetCheckSpec(name, asset=asset, blocking=True, description=description, **kwargs)
+
+
 def check_result(name: str, verdict: Verdict) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(
         check_name=name, passed=verdict.passed, description=verdict.description, metadata=verdict.metadata

@@ -89,7 +89,7 @@ class Engine:
         """``ports`` with the cycles of a resource set to 0 where it partially overlaps
         a resource with more cycles (the rule compile() enforces: MCA can crash on
         such rows), unless both are in ``allowed`` (LLVM's own row pairs them)."""
-        return [tuple(p) for p in self._native.nested_ports(list(ports), list(allowed))]
+        return self._native.nested_ports(list(ports), list(allowed))
 
     def default_table(self, blocks: list[Block] = ()) -> ParamTable:
         """The CPU's table: every opcode, plus the variant resolutions in ``blocks``."""

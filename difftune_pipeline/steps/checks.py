@@ -10,9 +10,8 @@ from difftune_pipeline.warehouse import queries
 
 
 def measurement_sanity(db, batch_ids: list[str]) -> quality.Verdict:
-    if not batch_ids:
-        return quality.Verdict(True, "no measurement batches to check")
-    return quality.measurement_sanity(queries.batch_sanity(db, batch_ids, quality.MAX_IPC), batch_ids)
+    rows = queries.batch_sanity(db, batch_ids, quality.MAX_IPC) if batch_ids else None
+    return quality.measurement_sanity(rows, batch_ids)
 
 
 def engine_exactness(db, engine: Engine) -> quality.Verdict:

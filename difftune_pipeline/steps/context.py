@@ -90,14 +90,10 @@ class StepContext:
         return self._views["default"]
 
     def score(self, table: ParamTable, split: str) -> tuple[float, float]:
-        """Engine MAPE and Kendall tau of ``table`` on the measured blocks of
-        ``split`` (simulated once per table and context)."""
-        key = ("score", table.fingerprint(), split)
-        if key not in self._views:
-            frame, blocks = self.blocks(split)
-            result = self.engine.simulate(
-                [blocks[b] for b in frame["block_id"]], table, iterations=self.settings.iterations
-            )
-            pred, truth = result.cycles[result.ok], frame["cycles_per_100"].to_numpy()[result.ok]
-            self._views[key] = mape(pred, truth), kendall_tau(pred, truth)
-        return self._views[key]
+        """Engine MAPE and Kendall tau of ``table`` on the measured blocks of ``split``."""
+        frame, blocks = self.blocks(split)
+        result = self.engine.simulate(
+            [blocks[b] for b in frame["block_id"]], table, iterations=self.settings.iterations
+        )
+        pred, truth = result.cycles[result.ok], frame["cycles_per_100"].to_numpy()[result.ok]
+        return mape(pred, truth), kendall_tau(pred, truth)

@@ -22,6 +22,8 @@ from difftune_pipeline.model.sampling import Pairs
 
 # predict(table matrix [rows, P], globals [2], block indices) -> cycles of those blocks under the table
 Predict = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# epoch(rng) -> the batches of pair indices of one epoch
+Epoch = Callable[[np.random.Generator], Iterator[torch.Tensor]]
 
 
 @dataclass
@@ -81,8 +83,10 @@ class Surrogate:
         """Predicted cycles of pairs ``samples``."""
         raise NotImplementedError
 
-    def epoch(self, inputs, pairs: Pairs, train: torch.Tensor, rng: np.random.Generator) -> Iterator[torch.Tensor]:
-        """The batches (pair indices) of one epoch over the pairs where ``train`` is true."""
+    def batches(self, inputs, pairs: Pairs, train: torch.Tensor) -> Epoch:
+        """How the pairs where ``train`` is true are batched: ``epoch(rng)`` yields
+        the batches (pair indices) of one epoch; what does not change between
+        epochs is worked out here, once."""
         raise NotImplementedError
 
     def predict_fn(self, inputs) -> Predict:
@@ -110,11 +114,12 @@ class Surrogate:
         is_held = heldout_blocks(len(pairs.block_ids), pairs.block_idx, config.heldout_fraction, rng)
         self.model = self.build_model(pairs, ~is_held)
         optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
+        epoch = self.batches(inputs, pairs, ~is_held)
         t0, epochs = time.perf_counter(), 0
         while epochs < self.max_epochs and time.perf_counter() - t0 < self.seconds:
             self.model.train()
             losses = []
-            for samples in self.epoch(inputs, pairs, ~is_held, rng):
+            for samples in epoch(rng):
                 loss = mape_loss(self.forward(inputs, pairs, samples), pairs.cycles[samples])
                 optimizer.zero_grad()
                 loss.backward()

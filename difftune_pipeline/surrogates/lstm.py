@@ -159,7 +159,14 @@ class LSTMSurrogate(Surrogate):
     def __init__(self, row_keys: list[str], config: LSTMConfig, vocab: Vocabulary, model=None):
         super().__init__(row_keys, config, model)
         self.vocab = vocab
-        self.max_epochs, self.clip = config.epochs, config.clip
+
+    @property
+    def max_epochs(self) -> int:
+        return self.config.epochs
+
+    @property
+    def clip(self) -> float:
+        return self.config.clip
 
     @classmethod
     def create(cls, row_keys: list[str], config: LSTMConfig, blocks: list, resources: list[dict]) -> LSTMSurrogate:
@@ -177,18 +184,21 @@ class LSTMSurrogate(Surrogate):
             float(pairs.cycles[train].float().median()),
         )
 
-    def epoch(self, inputs: BlockTensors, pairs: Pairs, train: torch.Tensor, rng: np.random.Generator):
+    def batches(self, inputs: BlockTensors, pairs: Pairs, train: torch.Tensor):
         """Groups of ``blocks_per_step`` blocks with all their pairs: the token LSTM
         runs once per block per step however many tables it was simulated under."""
         by_block: dict[int, list[int]] = {}
         for i, (b, t) in enumerate(zip(pairs.block_idx.tolist(), train.tolist())):
             if t:
                 by_block.setdefault(b, []).append(i)
-        order = rng.permutation(np.array(sorted(by_block)))
-        for start in range(0, len(order), self.config.blocks_per_step):
-            group = [int(b) for b in order[start : start + self.config.blocks_per_step] if int(b) in by_block]
-            if group:
-                yield torch.tensor([i for b in group for i in by_block[b]])
+        blocks, step = np.array(sorted(by_block)), self.config.blocks_per_step
+
+        def epoch(rng: np.random.Generator):
+            order = rng.permutation(blocks)
+            for start in range(0, len(order), step):
+                yield torch.tensor([i for b in order[start : start + step] for i in by_block[int(b)]])
+
+        return epoch
 
     def forward(self, inputs: BlockTensors, pairs: Pairs, samples: torch.Tensor) -> torch.Tensor:
         """Predictions for samples, running the token LSTM once per distinct block."""

@@ -133,7 +133,18 @@ class StructuredSurrogate(Surrogate):
     def __init__(self, row_keys: list[str], config: StructuredConfig, contain: np.ndarray, model=None):
         super().__init__(row_keys, config, model)
         self.contain = contain
-        self.max_epochs, self.seconds, self.eval_batch = config.max_epochs, config.seconds, config.batch
+
+    @property
+    def max_epochs(self) -> int:
+        return self.config.max_epochs
+
+    @property
+    def seconds(self) -> float:
+        return self.config.seconds
+
+    @property
+    def eval_batch(self) -> int:
+        return self.config.batch
 
     @classmethod
     def create(
@@ -147,13 +158,12 @@ class StructuredSurrogate(Surrogate):
     def build_model(self, pairs: Pairs, train: torch.Tensor) -> StructuredModel:
         return StructuredModel(len(self.contain), self.config.hidden, self.contain)
 
-    def epoch(self, inputs: StructuredBlocks, pairs: Pairs, train: torch.Tensor, rng: np.random.Generator):
+    def batches(self, inputs: StructuredBlocks, pairs: Pairs, train: torch.Tensor):
         """Batches of similar block length (the unrolled recurrence stays short), in random order."""
         train_pairs = torch.nonzero(train).squeeze(-1)
         order = train_pairs[torch.argsort(inputs.n_insts[pairs.block_idx[train_pairs]], stable=True)]
         batches = [order[s : s + self.config.batch] for s in range(0, len(order), self.config.batch)]
-        for i in rng.permutation(len(batches)):
-            yield batches[i]
+        return lambda rng: (batches[i] for i in rng.permutation(len(batches)))
 
     def forward(self, inputs: StructuredBlocks, pairs: Pairs, samples: torch.Tensor) -> torch.Tensor:
         table_idx = pairs.table_idx[samples]
