@@ -38,26 +38,29 @@ def measurement_sanity(rows: pl.DataFrame | None, batch_ids: list[str]) -> Verdi
         (pl.col("n_quarantined") / pl.col("n_read").clip(lower_bound=1)).alias("quarantined_fraction"),
         (pl.col("n_implausible") / pl.col("n_ingested").clip(lower_bound=1)).alias("implausible_fraction"),
     )
-    problems = []
+    failed: dict[str, list[str]] = {}
     for r in rows.iter_rows(named=True):
+        reasons = failed.setdefault(r["batch_id"], [])
         if r["n_ingested"] == 0:
-            problems.append(f"{r['source_file']}: no row became a measurement")
+            reasons.append(f"{r['source_file']}: no row became a measurement")
         if r["quarantined_fraction"] > MAX_QUARANTINED_FRACTION:
-            problems.append(
+            reasons.append(
                 f"{r['source_file']}: {100 * r['quarantined_fraction']:.1f}% of rows quarantined "
                 f"(limit {100 * MAX_QUARANTINED_FRACTION:g}%)"
             )
         if r["implausible_fraction"] > MAX_IMPLAUSIBLE_FRACTION:
-            problems.append(
+            reasons.append(
                 f"{r['source_file']}: {100 * r['implausible_fraction']:.1f}% of blocks above {MAX_IPC:g} "
                 "instructions per cycle: is the unit cycles per 100 iterations?"
             )
+    failed = {b: reasons for b, reasons in failed.items() if reasons}
     missing = set(batch_ids) - set(rows["batch_id"])
+    problems = [p for reasons in failed.values() for p in reasons]
     problems += [f"batch {b} is not in the warehouse" for b in sorted(missing)]
     return Verdict(
         not problems,
         "; ".join(problems) or f"{rows.height} batch(es) sane",
-        {"batches": rows.drop("source_file").to_dicts()},
+        {"batches": rows.drop("source_file").to_dicts(), "failed": {b: "; ".join(r) for b, r in failed.items()}},
     )
 
 

@@ -1,12 +1,16 @@
-"""What every command shares: the application, its consoles, errors and progress bars."""
+"""What every command shares: the application, its consoles, errors, JSON and progress bars."""
 
 from __future__ import annotations
 
+import json
+import logging
+import math
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.logging import RichHandler
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -17,14 +21,41 @@ app = typer.Typer(
 )
 params_app = typer.Typer(help="Parameter tables.", no_args_is_help=True)
 app.add_typer(params_app, name="params")
-console = Console()
-progress_console = Console(stderr=True)  # progress never mixes with --json/--csv output on stdout
+batches_app = typer.Typer(help="Measurement and corpus batches in the warehouse.", no_args_is_help=True)
+app.add_typer(batches_app, name="batches")
+console = Console()  # results: stdout
+err_console = Console(stderr=True)  # errors, waits and progress never mix with --json/--csv output on stdout
 CHUNK = 256
 
 
+@app.callback()
+def _main() -> None:
+    """Waits and warnings of the library (e.g. for the warehouse lock) go to stderr."""
+    logger = logging.getLogger("difftune_pipeline")
+    if not logger.handlers:
+        logger.addHandler(RichHandler(console=err_console, show_path=False, show_time=False))
+        logger.setLevel(logging.INFO)
+
+
 def fail(exc: Exception) -> typer.Exit:
-    console.print(f"[red]error:[/red] {escape(str(exc))}")
+    err_console.print(f"[red]error:[/red] {escape(str(exc))}")
     return typer.Exit(2)
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: an undefined number is null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def print_json(value: Any) -> None:
+    """Valid JSON on stdout: undefined numbers (NaN, infinities) become null, dates strings."""
+    print(json.dumps(_finite(value), indent=1, allow_nan=False, default=str))
 
 
 def progress() -> Progress:
@@ -33,7 +64,7 @@ def progress() -> Progress:
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=progress_console,
+        console=err_console,
         transient=True,
     )
 

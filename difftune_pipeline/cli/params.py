@@ -54,9 +54,10 @@ def params_export(
     """Write a parameter table as JSON that the engine imports."""
     try:
         name, t = _load_table(table, mcpu, warehouse)
-    except (KeyError, FileNotFoundError, ValueError) as exc:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        t.to_json(out)
+    except (KeyError, ValueError, OSError) as exc:
         raise fail(exc) from None
-    t.to_json(out)
     console.print(f"wrote {escape(name)}: {len(t.rows)} opcodes of -mcpu={t.mcpu} (LLVM {t.llvm_version}) to {out}")
 
 
@@ -74,9 +75,13 @@ def params_import(
     try:
         table = ParamTable.from_json(file)
         Engine(table.mcpu).compile(table)
+        table_id = table_id or f"imported-{table.mcpu}-{table.fingerprint()}"
+        if warehouse.exists() and queries.table_exists(warehouse, table_id):
+            stored = queries.load_table(warehouse, table_id)
+            if stored.fingerprint() != table.fingerprint():
+                raise ValueError(f"table id {table_id!r} already holds a different table: choose another --id")
     except (InvalidTable, ValueError, KeyError, OSError) as exc:
         raise fail(exc) from None
-    table_id = table_id or f"imported-{table.mcpu}-{table.fingerprint()}"
     with writer(warehouse) as con:
         new = queries.save_table(con, table_id, table, kind="imported", note=note or f"imported from {file}")
     console.print(
@@ -92,13 +97,23 @@ def params_diff(
     warehouse: WarehouseOpt = DEFAULT_PATH,
     as_csv: Annotated[bool, typer.Option("--csv")] = False,
 ) -> None:
-    """The parameters where TABLE differs from the defaults (or --against), one row each."""
+    """The parameters where TABLE differs from the defaults (or --against), one row
+    each. Both tables must be valid tables of the same CPU."""
+    from difftune_pipeline.engine import Engine, InvalidTable
     from difftune_pipeline.engine.table import diff
 
     try:
         name, t = _load_table(table, mcpu, warehouse)
         base_name, base = _load_table(against, t.mcpu, warehouse)
-    except (KeyError, FileNotFoundError, ValueError) as exc:
+        if base.mcpu != t.mcpu:
+            raise ValueError(f"{name} is a table of -mcpu={t.mcpu}, {base_name} of -mcpu={base.mcpu}: not comparable")
+        engine = Engine(t.mcpu)
+        for ref, checked in ((name, t), (base_name, base)):
+            try:
+                engine.compile(checked)
+            except InvalidTable as exc:
+                raise ValueError(f"{ref}: {exc}") from None
+    except (KeyError, ValueError, OSError) as exc:
         raise fail(exc) from None
     frame = diff(base, t)
     if as_csv:

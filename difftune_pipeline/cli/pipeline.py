@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -11,9 +10,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from difftune_pipeline.cli.common import WarehouseOpt, app, console, fail, progress, progress_console
+from difftune_pipeline.cli.common import WarehouseOpt, app, console, err_console, fail, print_json, progress
 from difftune_pipeline.warehouse import DEFAULT_PATH
-from difftune_pipeline.warehouse import query as read_query
+from difftune_pipeline.warehouse.connection import user_query
 
 
 @app.command()
@@ -23,15 +22,16 @@ def sql(
     as_csv: Annotated[bool, typer.Option("--csv")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Query the warehouse. The connection is read-only: statements that write fail."""
+    """Query the warehouse: one statement that only reads (a query, DESCRIBE, SHOW,
+    SUMMARIZE, EXPLAIN). Nothing outside the warehouse is reachable and nothing can be written."""
     try:
-        frame = read_query(query, warehouse)
+        frame = user_query(query, warehouse)
     except Exception as exc:  # duckdb raises many error types; all are the user's to read
         raise fail(exc) from None
     if as_csv:
         sys.stdout.write(frame.write_csv())
     elif as_json:
-        print(json.dumps(frame.to_dicts(), default=str, indent=1))
+        print_json(frame.to_dicts())
     else:
         table = Table()
         for col in frame.columns:
@@ -46,10 +46,12 @@ def materialize(
     select: Annotated[str, typer.Option(help="Dagster asset selection")] = "*",
 ) -> None:
     """Materialise assets of the pipeline into the persistent Dagster instance:
-    unpartitioned assets in topological runs, partitioned ones one run per partition."""
+    unpartitioned assets in topological runs, partitioned ones one run per partition.
+    Runs left behind by a killed process are marked failed first and their pool slots freed."""
     import dagster as dg
 
     from difftune_pipeline.definitions import defs
+    from difftune_pipeline.defs import recovery
 
     definitions = defs()
     graph = definitions.resolve_asset_graph()
@@ -62,6 +64,8 @@ def materialize(
         ) from None
     ordered = [k for level in graph.toposorted_asset_keys_by_level for k in sorted(level) if k in selected]
     with dg.DagsterInstance.get() as instance, progress() as bar:
+        for run_id in recovery.reap_dead_runs(instance):
+            err_console.print(f"run {run_id} was left by a killed process: marked failed, its pool slots freed")
         runs: list[tuple[list, str | None]] = []
         for key in ordered:
             partitions = graph.get(key).partitions_def
@@ -76,8 +80,14 @@ def materialize(
         for keys, partition in runs:
             names = escape(", ".join(k.to_user_string() for k in keys) + (f" [{partition}]" if partition else ""))
             bar.update(task, description=f"materialising {names}")
+            for pool in sorted(set().union(*(graph.get(k).pools for k in keys))):
+                recovery.wait_for_pool(instance, pool, lambda line: bar.update(task, description=escape(line)))
             result = job.execute_in_process(
-                instance=instance, asset_selection=keys, partition_key=partition, raise_on_error=False
+                instance=instance,
+                asset_selection=keys,
+                partition_key=partition,
+                raise_on_error=False,
+                tags=recovery.run_tags(),
             )
             bar.advance(task)
             if not result.success:
@@ -86,7 +96,7 @@ def materialize(
                     for e in result.get_asset_check_evaluations()
                     if not e.passed
                 ]
-                console.print(
+                err_console.print(
                     f"[red]failed:[/red] {names}" + (f" (checks failed: {', '.join(failed)})" if failed else "")
                 )
                 raise typer.Exit(1)
@@ -129,7 +139,7 @@ def ui(
     process = ui_.start(host, port)
     url = f"http://{host}:{port}"
     try:
-        with progress_console.status(f"starting the UI at {url}"):
+        with err_console.status(f"starting the UI at {url}"):
             ui_.wait_until_loaded(url, timeout, process)
         console.print(f"the pipeline is loaded: open {url}  (Ctrl-C stops the UI and the daemon)")
         process.wait()

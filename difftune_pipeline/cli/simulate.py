@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Annotated
@@ -10,14 +9,18 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from difftune_pipeline.cli.common import CHUNK, app, console, fail, progress
+from difftune_pipeline.cli.common import CHUNK, app, console, fail, print_json, progress
+
+
+Iterations = Annotated[int, typer.Option(min=1, help="iterations of the block to simulate")]
+Threads = Annotated[int | None, typer.Option(min=1, help="simulation threads (default: all cores)")]
 
 
 def _read_inputs(csv: Path | None, hex_: list[str] | None, asm: Path | None):
     """(label, hex or None, asm text or None, measured or None, problem or None) per input."""
     items = []
     if csv is not None:
-        for line_no, line in enumerate(csv.read_text(errors="replace").splitlines(), start=1):
+        for line_no, line in enumerate(csv.read_text(encoding="utf-8-sig", errors="replace").splitlines(), start=1):
             if not line.strip():
                 continue
             fields = line.split(",")
@@ -32,10 +35,12 @@ def _read_inputs(csv: Path | None, hex_: list[str] | None, asm: Path | None):
                 except ValueError:
                     problem = f"line {line_no}: measured throughput {fields[1]!r} is not a positive number"
             items.append((fields[0].strip(), fields[0].strip(), None, measured, problem))
+        if not items:
+            raise ValueError(f"{csv} has no blocks (expected lines 'hex[,cycles per 100 iterations]')")
     for h in hex_ or []:
         items.append((h, h, None, None, None))
     if asm is not None:
-        items.append((str(asm), None, asm.read_text(), None, None))
+        items.append((str(asm), None, asm.read_text(encoding="utf-8-sig", errors="replace"), None, None))
     if not items:
         raise typer.BadParameter("give --csv, --hex or --asm")
     return items
@@ -81,14 +86,14 @@ def run_table(mcpu: str, params: Path | None, items, iterations: int, threads: i
         "n": len(rows),
         "failed": sum(r["status"] != "ok" for r in rows),
         "mape": mape(*zip(*scored)) if scored else None,
-        "kendall_tau": kendall_tau(*zip(*scored)) if len(scored) > 1 else None,
+        "kendall_tau": kendall_tau(*zip(*scored)) if scored else None,
         "results": rows,
     }
 
 
 def _print_report(report: dict, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(report, indent=1, allow_nan=False, default=lambda x: None))
+        print_json(report)
         return
     table = Table(title=f"llvm-mca {report['llvm_version']} -mcpu={report['mcpu']}, {report['iterations']} iterations")
     for col in ("input", "cycles", "measured", "status"):
@@ -126,8 +131,8 @@ def simulate(
     csv: Annotated[Path | None, typer.Option(help="file of hex[,measured cycles per 100 iterations]")] = None,
     hex_: Annotated[list[str] | None, typer.Option("--hex", help="a block as hex (repeatable)")] = None,
     asm: Annotated[Path | None, typer.Option(help="a block as AT&T assembly text")] = None,
-    iterations: int = 100,
-    threads: Annotated[int | None, typer.Option(help="simulation threads (default: all cores)")] = None,
+    iterations: Iterations = 100,
+    threads: Threads = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """Simulate blocks with the in-process engine: cycles per block, and MAPE and
@@ -140,8 +145,8 @@ def evaluate(
     csv: Annotated[Path, typer.Option(help="file of hex,measured cycles per 100 iterations")],
     params: Annotated[Path | None, typer.Option(help="parameter table JSON (default: LLVM's)")] = None,
     mcpu: str = "haswell",
-    iterations: int = 100,
-    threads: Annotated[int | None, typer.Option(help="simulation threads (default: all cores)")] = None,
+    iterations: Iterations = 100,
+    threads: Threads = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """MAPE and Kendall tau of a parameter table against measured throughputs

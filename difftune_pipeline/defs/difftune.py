@@ -133,7 +133,7 @@ def surrogate(
             "model": out["model"],
             "checkpoint": dg.MetadataValue.path(out["checkpoint"]),
             "heldout_mape_pct": round(100 * out["heldout_mape"], 2),
-            "heldout_kendall_tau": round(out["heldout_kendall_tau"], 3),
+            "heldout_kendall_tau": None if out["heldout_kendall_tau"] is None else round(out["heldout_kendall_tau"], 3),
             "train_seconds": round(out["train_seconds"], 1),
             "n_train": out["n_train"],
             "reused": out["reused"],
@@ -222,7 +222,7 @@ def evaluation(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneS
 def _test_overall(overall: pl.DataFrame) -> dict:
     """The test split's overall MAPE (%) and Kendall tau of both tables (None before any block is evaluated)."""
     row = overall.row(0, named=True) if overall.height else {}
-    figure = lambda col, scale, digits: round(scale * row[col], digits) if row else None  # noqa: E731
+    figure = lambda col, scale, digits: None if row.get(col) is None else round(scale * row[col], digits)  # noqa: E731
     return {
         "test_default_mape_pct": figure("default_mape", 100, 2),
         "test_learned_mape_pct": figure("learned_mape", 100, 2),

@@ -22,6 +22,8 @@ LLVM_VERSION: str = _engine.LLVM_VERSION
 LLVM_MCA = Path(_engine.LLVM_BIN_DIR) / "llvm-mca"
 # Valid parameter ranges, name -> (min, max): the engine's own, which compile() enforces.
 LIMITS: dict[str, tuple[int, int]] = dict(_engine.LIMITS)
+# The -mcpu names an Engine accepts: x86 CPUs whose LLVM model schedules per instruction.
+CPUS: frozenset[str] = frozenset(_engine.known_cpus())
 InvalidTable = _engine.InvalidTable
 Block = _engine.Block
 DEFAULT_ITERATIONS = 100
@@ -29,6 +31,7 @@ DEFAULT_CYCLE_CAP = 10_000_000
 COMPILED_CACHE = 64  # compiled tables kept (each holds copies of the CPU's scheduling tables)
 
 __all__ = [
+    "CPUS",
     "LIMITS",
     "LLVM_MCA",
     "LLVM_VERSION",
@@ -65,6 +68,8 @@ class Engine:
     """LLVM MCA for one CPU, with overridable DiffTune parameters."""
 
     def __init__(self, mcpu: str):
+        if mcpu not in CPUS:
+            raise ValueError(f"unknown CPU {mcpu!r}: LLVM {LLVM_VERSION} models {', '.join(sorted(CPUS))}")
         self._native = _engine.Engine(mcpu)
         self.mcpu = mcpu
         self.llvm_version = LLVM_VERSION

@@ -14,8 +14,12 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Literal
 
 import polars as pl
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from difftune_pipeline.engine import _engine
 
 FORMAT = "difftune-params/1"
 GLOBALS = ("dispatch_width", "micro_op_buffer_size")
@@ -46,29 +50,26 @@ class ParamTable:
         return text
 
     @classmethod
-    def from_dict(cls, data: dict) -> ParamTable:
-        if data.get("format") != FORMAT:
-            raise ValueError(f"not a parameter table: format is {data.get('format')!r}, expected {FORMAT!r}")
-        for name in ("mcpu", "llvm_version", "globals", "opcodes"):
-            if name not in data:
-                raise ValueError(f"parameter table lacks {name!r}")
-        missing = [g for g in GLOBALS if g not in data["globals"]]
-        if missing:
-            raise ValueError(f"parameter table globals lack {missing}")
-        rows = {}
-        for key, row in data["opcodes"].items():
-            try:
-                rows[key] = canonical_row(row)
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"opcode {key!r}: malformed row ({exc})") from None
-        return cls(data["mcpu"], data["llvm_version"], {g: int(data["globals"][g]) for g in GLOBALS}, rows)
+    def from_dict(cls, data: object, source: str = "parameter table") -> ParamTable:
+        return cls._from_document(_validated(_Document.model_validate, data, source))
 
     @classmethod
     def from_json(cls, text_or_path: str | Path) -> ParamTable:
-        text = str(text_or_path)
+        """A table from JSON text or a JSON file, validated against the document
+        schema first: a bad field is refused with its path, never coerced."""
+        text, source = str(text_or_path), "parameter table"
         if not text.lstrip().startswith("{"):
-            text = Path(text_or_path).read_text()
-        return cls.from_dict(json.loads(text))
+            source = f"parameter file {text_or_path}"
+            try:
+                text = Path(text_or_path).read_text(encoding="utf-8-sig")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{source}: not UTF-8 text ({exc.reason})") from None
+        return cls._from_document(_validated(_Document.model_validate_json, text, source))
+
+    @classmethod
+    def _from_document(cls, doc: _Document) -> ParamTable:
+        rows = {key: canonical_row(row.model_dump()) for key, row in doc.opcodes.items()}
+        return cls(doc.mcpu, doc.llvm_version, doc.globals.model_dump(), rows)
 
     # ---- long form (SQL-friendly) -----------------------------------------
     def to_frame(self) -> pl.DataFrame:
@@ -143,3 +144,61 @@ def canonical_row(row: dict) -> dict:
         "read_advance": sorted([int(u), int(w), int(c)] for u, w, c in row["read_advance"]),
         "ports": {str(k): int(v) for k, v in sorted(row["ports"].items())},
     }
+
+
+# ---- the document schema -------------------------------------------------------
+def _int(limit: str | tuple[int, int]) -> type[int]:
+    """An integer within the engine's own range for ``limit``: no bools, strings or floats."""
+    lo, hi = _engine.LIMITS[limit] if isinstance(limit, str) else limit
+    return Annotated[int, Field(strict=True, ge=lo, le=hi)]
+
+
+_INDEX = (0, 255)  # an operand index of one instruction
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    latency: list[_int("latency")]
+    uops: _int("uops")
+    read_advance: list[tuple[_int(_INDEX), _int(_INDEX), _int("read_advance")]]
+    ports: dict[str, _int("port_cycles")]
+
+
+class _Globals(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    dispatch_width: _int("dispatch_width")
+    micro_op_buffer_size: _int("micro_op_buffer_size")
+
+
+class _Document(BaseModel):
+    """The JSON form of a table (what ``to_dict`` writes)."""
+
+    model_config = ConfigDict(extra="forbid")
+    format: Literal[FORMAT]  # type: ignore[valid-type]
+    mcpu: Annotated[str, Field(strict=True, min_length=1)]
+    llvm_version: Annotated[str, Field(strict=True, min_length=1)]
+    globals: _Globals
+    opcodes: dict[str, _Row]
+
+
+def _short(value, width: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _validated(validate, data, source: str) -> _Document:
+    """The document, or a ValueError naming the path of each bad field."""
+    try:
+        return validate(data)
+    except ValidationError as exc:
+        problems = [
+            f"{'.'.join(str(p) for p in e['loc']) or '(document)'}: {e['msg']}"
+            + (
+                f" (got {_short(e['input'])})"
+                if e["type"] != "missing" and not isinstance(e["input"], dict | list)
+                else ""
+            )
+            for e in exc.errors()[:5]
+        ]
+        more = f" (and {exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
+        raise ValueError(f"{source} is not a valid parameter table: " + "; ".join(problems) + more) from None

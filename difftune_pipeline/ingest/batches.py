@@ -15,11 +15,13 @@ from pathlib import Path
 
 import polars as pl
 
-from difftune_pipeline.engine import Engine
+from difftune_pipeline.engine import CPUS, LLVM_VERSION, Engine
 from difftune_pipeline.ingest.blocks import block_id, canonical_hex, disassemble_rows, hex_problem, split_of
 from difftune_pipeline.warehouse import insert_new, queries, writer
 
 UNITS = {"cycles_per_100": 1.0, "cycles_per_iteration": 100.0}
+# A million cycles per iteration: ~800x the slowest BHive block (127,761 per 100 on Haswell).
+MAX_CYCLES_PER_100 = 1e8
 
 
 @dataclass
@@ -46,11 +48,11 @@ def file_batch_id(path: Path, scope: str) -> str:
 
 
 def _lines(path: Path) -> list[tuple[int, str]]:
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    with open(path, encoding="utf-8-sig", errors="replace") as fh:  # a byte-order mark is not data
         return [(i, line.rstrip("\r\n")) for i, line in enumerate(fh, start=1) if line.strip()]
 
 
-def _parse_value(text: str, what: str, zero_ok: bool) -> tuple[float | None, str | None]:
+def _parse_value(text: str, what: str, zero_ok: bool, most: float) -> tuple[float | None, str | None]:
     try:
         value = float(text)
     except ValueError:
@@ -59,10 +61,12 @@ def _parse_value(text: str, what: str, zero_ok: bool) -> tuple[float | None, str
         return None, f"{what} {text!r} is not finite"
     if value < 0 or (value == 0 and not zero_ok):
         return None, f"{what} must be {'non-negative' if zero_ok else 'positive'}, got {text!r}"
+    if value > most:
+        return None, f"{what} {text!r} is above {most:g}: not a basic block's throughput"
     return value, None
 
 
-def _split_rows(lines, what: str, zero_ok: bool, repeats_ok: bool):
+def _split_rows(lines, what: str, zero_ok: bool, repeats_ok: bool, most: float = math.inf):
     """(line_no, raw, hex, value) of well-formed rows, and (line_no, raw, reason) of
     the rest. ``repeats_ok``: a block listed again is a repeated measurement (kept;
     the tuning uses the mean), not a duplicate."""
@@ -77,7 +81,7 @@ def _split_rows(lines, what: str, zero_ok: bool, repeats_ok: bool):
         if problem:
             bad.append((line_no, raw, problem))
             continue
-        value, problem = _parse_value(fields[1].strip(), what, zero_ok)
+        value, problem = _parse_value(fields[1].strip(), what, zero_ok, most)
         if problem:
             bad.append((line_no, raw, problem))
             continue
@@ -131,7 +135,8 @@ def _ingest(
             return BatchSummary(batch, kind, str(path), *done, already_ingested=True)
         lines = _lines(path)
         what = "cycles" if kind == "measurements" else "frequency"
-        good, bad = _split_rows(lines, what, zero_ok=kind == "corpus", repeats_ok=kind == "measurements")
+        most = MAX_CYCLES_PER_100 / scale if kind == "measurements" else math.inf
+        good, bad = _split_rows(lines, what, zero_ok=kind == "corpus", repeats_ok=kind == "measurements", most=most)
         reasons = _ingest_blocks(con, engine, [h for _, _, h, _ in good])
         kept = []
         for line_no, raw, hex_, value in good:
@@ -158,6 +163,8 @@ def ingest_measurements(
     """A BHive-format file ``hex,throughput`` of one µarch; ``unit`` names the throughput's unit."""
     if unit not in UNITS:
         raise ValueError(f"unknown unit {unit!r}; one of {sorted(UNITS)}")
+    if uarch not in CPUS:
+        raise ValueError(f"measurements of {uarch!r}: not a CPU LLVM {LLVM_VERSION} models")
     return _ingest(Path(path), "measurements", Path(db), engine, uarch=uarch, unit=unit)
 
 

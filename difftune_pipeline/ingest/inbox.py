@@ -10,15 +10,14 @@ is ready only when it has not changed for ``settle_seconds``; hidden files and
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from difftune_pipeline.engine import CPUS, LLVM_VERSION
 from difftune_pipeline.ingest.batches import batch_scope, file_batch_id
 
 IN_FLIGHT_SUFFIXES = (".part", ".tmp", ".partial", ".crdownload")
-MCPU_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
 
 @dataclass(frozen=True)
@@ -48,8 +47,10 @@ def scan(inbox: Path, settle_seconds: float = 10.0, now: float | None = None) ->
         rel = path.relative_to(inbox)
         if any(part.startswith(".") for part in rel.parts) or path.name.endswith(IN_FLIGHT_SUFFIXES):
             waiting.append(f"{rel}: still being written (temporary name)")
-        elif len(rel.parts) != 2 or not MCPU_NAME.match(rel.parts[0]):
+        elif len(rel.parts) != 2:
             waiting.append(f"{rel}: not under <inbox>/<mcpu>/, so its µarch is unknown")
+        elif rel.parts[0] not in CPUS:
+            waiting.append(f"{rel}: {rel.parts[0]!r} is not a CPU LLVM {LLVM_VERSION} models (e.g. haswell, skylake)")
         elif path.suffix != ".csv":
             waiting.append(f"{rel}: not a .csv file")
         elif now - path.stat().st_mtime < settle_seconds:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import polars as pl
 from scipy.stats import kendalltau
@@ -16,11 +18,13 @@ def mape(predicted, measured) -> float:
     return float(np.mean(np.abs(p - m) / m))
 
 
-def kendall_tau(predicted, measured) -> float:
+def kendall_tau(predicted, measured) -> float | None:
+    """None where the rank correlation is undefined (fewer than two blocks, or all tied)."""
     p, m = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
     if p.size < 2:
-        return float("nan")
-    return float(kendalltau(p, m).statistic)
+        return None
+    tau = float(kendalltau(p, m).statistic)
+    return tau if math.isfinite(tau) else None
 
 
 ML_FAMILIES = {"tensorflow": "tensorflow", "eigen": "eigen", "openblas": "openblas"}

@@ -147,7 +147,7 @@ class Surrogate:
             "n_train": int((~is_held).sum()),
             "n_heldout": int(len(held)),
             "heldout_mape": float(mape_loss(pred, truth)) if len(held) else float("nan"),
-            "heldout_kendall_tau": kendall_tau(pred.numpy(), truth.numpy()) if len(held) > 1 else float("nan"),
+            "heldout_kendall_tau": kendall_tau(pred.numpy(), truth.numpy()),
         }
 
     def predictor(self, blocks: list) -> Predict:

@@ -1,13 +1,23 @@
 """Connections to the DuckDB warehouse file.
 
-DuckDB allows one writing process: writers hold a connection briefly inside
-``writer()`` and commit as one transaction; every query path opens the file
-read-only, so a query can never write.
+DuckDB lets one process write a file, or any number read it, at a time. So no
+one holds the file longer than one transaction: writers open it inside
+``writer()`` and commit as one transaction, readers open it for one query. A
+connection that finds the file locked by another process waits for it,
+saying which process holds it, up to ``DIFFTUNE_LOCK_TIMEOUT`` seconds.
+
+Read connections cannot reach anything but the warehouse: no files, no other
+databases, no extensions, no settings changes, so a query can never write.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+import random
+import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +27,69 @@ import polars as pl
 from difftune_pipeline.warehouse.schema import migrate
 
 DEFAULT_PATH = Path("warehouse") / "difftune.duckdb"
+DEFAULT_LOCK_TIMEOUT = 300.0
+READ_ONLY_CONFIG = {
+    "enable_external_access": False,  # no read_csv/COPY TO/ATTACH of other files, no INSTALL
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+    "lock_configuration": True,  # no SET/PRAGMA that changes the settings above
+}
+log = logging.getLogger(__name__)
+
+
+class WarehouseBusy(TimeoutError):
+    """Another process held the warehouse file for longer than the lock timeout."""
+
+
+def lock_timeout() -> float:
+    value = os.environ.get("DIFFTUNE_LOCK_TIMEOUT", "")
+    try:
+        seconds = float(value) if value else DEFAULT_LOCK_TIMEOUT
+    except ValueError:
+        raise ValueError(f"DIFFTUNE_LOCK_TIMEOUT={value!r} is not a number of seconds") from None
+    if not seconds >= 0:
+        raise ValueError(f"DIFFTUNE_LOCK_TIMEOUT={value!r} must be zero or more seconds")
+    return seconds
+
+
+def _holder(message: str) -> str:
+    found = re.search(r"held in (.*?) \(PID (\d+)\)", message)
+    return f"process {found.group(2)} ({found.group(1)})" if found else "another process"
+
+
+def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """Open the file, waiting (with jittered back-off) while another process holds its lock."""
+    timeout = lock_timeout()
+    deadline = time.monotonic() + timeout
+    delay, waited = 0.01, False
+    while True:
+        try:
+            con = duckdb.connect(str(path), read_only=read_only, config=READ_ONLY_CONFIG if read_only else {})
+            if waited:
+                log.info("the warehouse %s is free again", path)
+            return con
+        except duckdb.IOException as exc:
+            if "Could not set lock" not in str(exc):
+                raise
+            holder = _holder(str(exc))
+            if time.monotonic() >= deadline:
+                raise WarehouseBusy(
+                    f"the warehouse {path} is held by {holder}, which did not release it within "
+                    f"{timeout:g} s (DIFFTUNE_LOCK_TIMEOUT); a reader that keeps a connection open "
+                    "(a notebook, a DuckDB shell) blocks every writer: close it"
+                ) from None
+            if not waited:
+                log.warning(
+                    "waiting for the warehouse %s to be %s: %s holds it (up to %g s)",
+                    path,
+                    "readable" if read_only else "writable",
+                    holder,
+                    timeout,
+                )
+                waited = True
+            time.sleep(min(delay * random.uniform(0.5, 1.5), max(deadline - time.monotonic(), 0)))
+            delay = min(delay * 2, 0.25)
 
 
 def connect(path: str | Path = DEFAULT_PATH, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
@@ -24,10 +97,14 @@ def connect(path: str | Path = DEFAULT_PATH, *, read_only: bool = False) -> duck
     if read_only:
         if not path.exists():
             raise FileNotFoundError(f"no warehouse at {path}: materialise the pipeline first (make run)")
-        return duckdb.connect(str(path), read_only=True)
+        return _open(path, read_only=True)
     path.parent.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(str(path))
-    migrate(con)
+    con = _open(path, read_only=False)
+    try:
+        migrate(con)
+    except BaseException:
+        con.close()
+        raise
     return con
 
 
@@ -54,6 +131,27 @@ def query(sql: str, path: str | Path = DEFAULT_PATH, params: list | None = None)
         return con.sql(sql, params=params or None).pl()
     finally:
         con.close()
+
+
+READABLE_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+
+
+def user_query(sql: str, path: str | Path = DEFAULT_PATH) -> pl.DataFrame:
+    """A user's query: exactly one SELECT (DESCRIBE, SHOW, SUMMARIZE and EXPLAIN
+    included) on the read-only connection; anything else is refused before it runs."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise ValueError(str(exc)) from None
+    if len(statements) != 1:
+        raise ValueError(f"give exactly one SQL statement, got {len(statements)}")
+    kind = statements[0].type
+    if kind not in READABLE_STATEMENTS:
+        raise PermissionError(
+            f"the warehouse is read-only here: only queries (SELECT, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN) "
+            f"run, not {kind.name}"
+        )
+    return query(sql, path)
 
 
 def scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None):

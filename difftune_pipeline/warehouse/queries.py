@@ -37,7 +37,7 @@ def measured_blocks(db: Db, uarch: str, splits: list[str]) -> pl.DataFrame:
     return query(
         """
         SELECT b.block_id, b.hex, b.asm, b.n_insts, s.split, avg(m.cycles_per_100) AS cycles_per_100
-        FROM measurements m JOIN blocks b USING (block_id) JOIN splits s USING (block_id)
+        FROM usable_measurements m JOIN blocks b USING (block_id) JOIN splits s USING (block_id)
         WHERE m.uarch = ? AND b.status = 'ok' AND s.split IN (SELECT unnest(?))
         GROUP BY ALL ORDER BY b.block_id
         """,
@@ -48,7 +48,9 @@ def measured_blocks(db: Db, uarch: str, splits: list[str]) -> pl.DataFrame:
 
 def measurement_totals(db: Db, uarch: str) -> tuple:
     """(rows, sum of cycles) of a µarch's measurements: changes whenever a batch lands."""
-    return query("SELECT count(*) AS n, sum(cycles_per_100) AS s FROM measurements WHERE uarch = ?", db, [uarch]).row(0)
+    return query(
+        "SELECT count(*) AS n, sum(cycles_per_100) AS s FROM usable_measurements WHERE uarch = ?", db, [uarch]
+    ).row(0)
 
 
 def block_sources(db: Db) -> pl.DataFrame:
@@ -62,7 +64,7 @@ def block_status_counts(db: Db) -> pl.DataFrame:
 def exactness_sample(db: Db, uarch: str, n: int = 40) -> list[str]:
     """Hex of ``n`` measured blocks of ``uarch``, the same ones every time."""
     frame = query(
-        "SELECT DISTINCT b.block_id, b.hex FROM blocks b JOIN measurements m USING (block_id) "
+        "SELECT DISTINCT b.block_id, b.hex FROM blocks b JOIN usable_measurements m USING (block_id) "
         "WHERE b.status = 'ok' AND m.uarch = ? ORDER BY hash(b.block_id) LIMIT ?",
         db,
         [uarch, n],
@@ -129,9 +131,54 @@ def record_batch(
 ) -> None:
     scalar(
         con,
-        "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO batches (batch_id, kind, uarch, app, source_file, n_read, n_ingested, n_quarantined, "
+        "ingested_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [batch_id, kind, uarch, app, source_file, n_read, n_ingested, n_quarantined, at],
     )
+
+
+def batches(db: Db) -> pl.DataFrame:
+    """Every batch, newest first, with the rows it still contributes."""
+    return query(
+        """
+        SELECT b.batch_id, b.kind, coalesce(b.uarch, b.app) AS scope, b.status, b.n_read, b.n_ingested,
+               b.n_quarantined, (SELECT count(*) FROM measurements m WHERE m.batch_id = b.batch_id)
+                 + (SELECT count(*) FROM block_sources s WHERE s.batch_id = b.batch_id) AS n_rows_now,
+               b.source_file, b.ingested_at, b.status_reason, b.status_at
+        FROM batches b ORDER BY b.ingested_at DESC, b.batch_id
+        """,
+        db,
+    )
+
+
+def set_batch_status(con: duckdb.DuckDBPyConnection, batch_ids: list[str], status: str, reason: str | None) -> None:
+    """Record the sanity verdict of batches (never un-drops one)."""
+    scalar(
+        con,
+        "UPDATE batches SET status = ?, status_reason = ?, status_at = ? "
+        "WHERE batch_id IN (SELECT unnest(?)) AND status != 'dropped'",
+        [status, reason, now(), batch_ids],
+    )
+
+
+def drop_batch(con: duckdb.DuckDBPyConnection, batch_id: str, reason: str) -> dict:
+    """Withdraw a batch: its measurements (or block sources) are deleted, its
+    row stays with status 'dropped' (so its bytes are never ingested again) and
+    its quarantined lines stay. Blocks stay: other batches may share them."""
+    found = con.execute("SELECT kind, status FROM batches WHERE batch_id = ?", [batch_id]).fetchall()
+    if not found:
+        raise KeyError(f"no batch {batch_id!r} in the warehouse (see `difftune batches list`)")
+    kind, status = found[0]
+    if status == "dropped":
+        return {"batch_id": batch_id, "kind": kind, "rows_removed": 0, "already_dropped": True}
+    table = "measurements" if kind == "measurements" else "block_sources"
+    removed = scalar(con, f"DELETE FROM {table} WHERE batch_id = ?", [batch_id])
+    scalar(
+        con,
+        "UPDATE batches SET status = 'dropped', status_reason = ?, status_at = ? WHERE batch_id = ?",
+        [reason, now(), batch_id],
+    )
+    return {"batch_id": batch_id, "kind": kind, "rows_removed": removed, "already_dropped": False}
 
 
 def add_measurements(

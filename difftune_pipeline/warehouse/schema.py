@@ -160,6 +160,15 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (block_id, table_id)
     );
     """,
+    """
+    -- A batch can be withdrawn (dropped) or fail its sanity check; neither feeds tuning.
+    ALTER TABLE batches ADD COLUMN status VARCHAR DEFAULT 'ok';  -- ok | failed_sanity | dropped
+    ALTER TABLE batches ADD COLUMN status_reason VARCHAR;        -- why failed or dropped
+    ALTER TABLE batches ADD COLUMN status_at TIMESTAMP;
+    -- The measurements that tuning and evaluation read: those of batches whose status is ok.
+    CREATE VIEW usable_measurements AS
+        SELECT m.* FROM measurements m JOIN batches b USING (batch_id) WHERE b.status = 'ok';
+    """,
 ]
 
 

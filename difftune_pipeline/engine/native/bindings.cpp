@@ -58,6 +58,7 @@ NB_MODULE(_engine, m) {
   Limits["dispatch_width"] = nb::make_tuple(L::kDispatchWidthMin, L::kDispatchWidthMax);
   Limits["micro_op_buffer_size"] = nb::make_tuple(L::kMicroOpBufferMin, L::kMicroOpBufferMax);
   m.attr("LIMITS") = Limits;
+  m.def("known_cpus", &dt::knownCpus, "x86 CPUs whose LLVM model has per-instruction scheduling data");
 
   nb::class_<dt::Block>(m, "Block")
       .def_prop_ro("ok", &dt::Block::ok)

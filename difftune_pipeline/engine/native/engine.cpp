@@ -16,7 +16,7 @@ using namespace llvm;
 namespace dt {
 namespace {
 
-void createMCObjects(EngineImpl &E, const std::string &mcpu) {
+const Target *x86Target() {
   static std::once_flag Once;
   std::call_once(Once, [] {
     LLVMInitializeX86TargetInfo();
@@ -26,8 +26,13 @@ void createMCObjects(EngineImpl &E, const std::string &mcpu) {
     LLVMInitializeX86TargetMCA();
   });
   std::string Err;
-  E.TheTarget = TargetRegistry::lookupTarget(kTriple, Err);
-  if (!E.TheTarget) throw std::runtime_error("LLVM has no x86 target: " + Err);
+  const Target *T = TargetRegistry::lookupTarget(kTriple, Err);
+  if (!T) throw std::runtime_error("LLVM has no x86 target: " + Err);
+  return T;
+}
+
+void createMCObjects(EngineImpl &E, const std::string &mcpu) {
+  E.TheTarget = x86Target();
   E.MRI.reset(E.TheTarget->createMCRegInfo(kTriple));
   E.MAI.reset(E.TheTarget->createMCAsmInfo(*E.MRI, kTriple, E.MCOptions));
   E.MCII.reset(E.TheTarget->createMCInstrInfo());
@@ -74,6 +79,14 @@ void indexResourcesAndOpcodes(EngineImpl &E) {
 }
 
 }  // namespace
+
+std::vector<std::string> knownCpus() {
+  std::unique_ptr<MCSubtargetInfo> STI(x86Target()->createMCSubtargetInfo(kTriple, "", ""));
+  std::vector<std::string> Names;
+  for (const auto &Desc : STI->getAllProcessorDescriptions())
+    if (STI->getSchedModelForCPU(Desc.Key).hasInstrSchedModel()) Names.emplace_back(Desc.Key);
+  return Names;
+}
 
 Engine::Engine(const std::string &mcpu) : impl_(std::make_shared<EngineImpl>()) {
   impl_->Mcpu = mcpu;

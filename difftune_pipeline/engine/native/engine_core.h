@@ -131,4 +131,7 @@ struct Limits {
   static constexpr int kMicroOpBufferMin = 2, kMicroOpBufferMax = 100000;
 };
 
+// The x86 CPUs whose LLVM model has per-instruction scheduling data (the ones an Engine accepts).
+std::vector<std::string> knownCpus();
+
 }  // namespace dt

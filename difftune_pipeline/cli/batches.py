@@ -1,0 +1,74 @@
+"""Batches in the warehouse: list them, withdraw one."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from difftune_pipeline.cli.common import WarehouseOpt, batches_app, console, err_console, fail, print_json
+from difftune_pipeline.warehouse import DEFAULT_PATH, queries, writer
+
+
+@batches_app.command("list")
+def batches_list(
+    warehouse: WarehouseOpt = DEFAULT_PATH,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Every batch with its status: ok, failed_sanity (never feeds tuning) or dropped."""
+    try:
+        frame = queries.batches(warehouse)
+    except (OSError, ValueError) as exc:
+        raise fail(exc) from None
+    if as_json:
+        print_json(frame.to_dicts())
+        return
+    table = Table(title=f"{frame.height} batches in {escape(str(warehouse))}")
+    for col in ("batch_id", "kind", "scope", "status", "n_read", "n_ingested", "n_quarantined", "source_file"):
+        table.add_column(col, overflow="fold")
+    colour = {"ok": "green", "failed_sanity": "red", "dropped": "dim"}
+    for r in frame.iter_rows(named=True):
+        plain = [escape(str(r[c])) for c in ("batch_id", "kind", "scope")]
+        counts = [str(r[c]) for c in ("n_read", "n_ingested", "n_quarantined")]
+        status = f"[{colour.get(r['status'], 'white')}]{escape(r['status'])}[/]"
+        table.add_row(*plain, status, *counts, escape(r["source_file"]))
+    console.print(table)
+
+
+def _request_retune() -> str:
+    """Tell the Dagster instance that ``measurements`` changed, so the automation
+    conditions re-tune what depends on it (with the daemon running)."""
+    if not os.environ.get("DAGSTER_HOME"):
+        return "no Dagster instance (DAGSTER_HOME unset): the next `difftune materialize` re-tunes"
+    import dagster as dg
+
+    with dg.DagsterInstance.get() as instance:
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization("measurements", description="a batch was dropped", metadata={"dropped": True})
+        )
+    return "downstream assets re-tune (at once with the daemon running, else at the next `difftune materialize`)"
+
+
+@batches_app.command("drop")
+def batches_drop(
+    batch_id: Annotated[str, typer.Argument(help="the batch id (see `difftune batches list`)")],
+    reason: Annotated[str, typer.Option(help="why it is withdrawn (stored with the batch)")] = "dropped by a user",
+    warehouse: WarehouseOpt = DEFAULT_PATH,
+) -> None:
+    """Withdraw a batch: its rows leave ``measurements`` (or ``block_sources``),
+    its record and quarantined lines stay, and its bytes are never ingested again."""
+    if not warehouse.exists():
+        raise fail(FileNotFoundError(f"no warehouse at {warehouse}"))
+    try:
+        with writer(warehouse) as con:
+            result = queries.drop_batch(con, batch_id, reason)
+    except (KeyError, OSError) as exc:
+        raise fail(exc) from None
+    if result["already_dropped"]:
+        console.print(f"batch {escape(batch_id)} was already dropped: nothing changed")
+        return
+    console.print(f"dropped batch {escape(batch_id)} ({result['kind']}): {result['rows_removed']} rows withdrawn")
+    err_console.print(_request_retune())
