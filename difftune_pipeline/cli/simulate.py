@@ -11,7 +11,6 @@ from rich.table import Table
 
 from difftune_pipeline.cli.common import CHUNK, app, console, fail, print_json, progress
 
-
 Iterations = Annotated[int, typer.Option(min=1, help="iterations of the block to simulate")]
 Threads = Annotated[int | None, typer.Option(min=1, help="simulation threads (default: all cores)")]
 
