@@ -31,10 +31,12 @@ class Verdict:
 def measurement_sanity(rows: pl.DataFrame | None, batch_ids: list[str]) -> Verdict:
     """Each batch: few rows quarantined, and throughputs a real core can reach.
     ``rows``: per batch, rows read, ingested, quarantined and above ``MAX_IPC``
-    instructions per cycle (``queries.batch_sanity``; not read when there is no batch)."""
+    instructions per cycle (``queries.batch_sanity``; not read when there is no batch).
+    A dropped batch is not judged: it feeds nothing."""
     if not batch_ids:
         return Verdict(True, "no measurement batches to check")
-    rows = rows.with_columns(
+    dropped = rows.filter(pl.col("status") == "dropped")["batch_id"].to_list()
+    rows = rows.filter(pl.col("status") != "dropped").with_columns(
         (pl.col("n_quarantined") / pl.col("n_read").clip(lower_bound=1)).alias("quarantined_fraction"),
         (pl.col("n_implausible") / pl.col("n_ingested").clip(lower_bound=1)).alias("implausible_fraction"),
     )
@@ -54,12 +56,13 @@ def measurement_sanity(rows: pl.DataFrame | None, batch_ids: list[str]) -> Verdi
                 "instructions per cycle: is the unit cycles per 100 iterations?"
             )
     failed = {b: reasons for b, reasons in failed.items() if reasons}
-    missing = set(batch_ids) - set(rows["batch_id"])
+    missing = set(batch_ids) - set(rows["batch_id"]) - set(dropped)
     problems = [p for reasons in failed.values() for p in reasons]
     problems += [f"batch {b} is not in the warehouse" for b in sorted(missing)]
     return Verdict(
         not problems,
-        "; ".join(problems) or f"{rows.height} batch(es) sane",
+        "; ".join(problems)
+        or f"{rows.height} batch(es) sane" + (f", {len(dropped)} dropped (not judged)" if dropped else ""),
         {"batches": rows.drop("source_file").to_dicts(), "failed": {b: "; ".join(r) for b, r in failed.items()}},
     )
 

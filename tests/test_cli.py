@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from typer.testing import CliRunner
 
 from difftune_pipeline.cli import app
@@ -151,3 +153,167 @@ def test_report_needs_a_learned_table(cli_env, haswell):
 def test_materialize_refuses_a_bad_selection(cli_env):
     result = runner.invoke(app, ["materialize", "--select", "learned_params evaluation"])
     assert result.exit_code == 2 and "bad asset selection" in result.output
+
+
+@pytest.fixture
+def stocked(cli_env, haswell):
+    """A warehouse with one measured block."""
+    from difftune_pipeline.ingest import batches as ingest
+
+    (cli_env / "m.csv").write_text("4801d8,100\n")
+    ingest.ingest_measurements(cli_env / "m.csv", "haswell", cli_env / "w.duckdb", haswell)
+    return cli_env / "w.duckdb"
+
+
+@pytest.mark.parametrize(
+    "sql, refusal",
+    [
+        ("copy (select 1 as a) to '{warehouse}'", "not COPY"),
+        ("copy (select 1 as a) to '{tmp}/out.csv'", "not COPY"),
+        ("select * from read_csv('/etc/passwd')", "disabled"),
+        ("select * from read_text('/etc/passwd')", "disabled"),
+        ("attach '{tmp}/other.duckdb' (READ_WRITE)", "not ATTACH"),
+        ("install httpfs", "not LOAD"),
+        ("load httpfs", "not LOAD"),
+        ("set threads = 1", "not SET"),
+        ("pragma threads = 1", "not SET"),
+        ("create temp table x as select 1", "not CREATE"),
+        ("delete from blocks", "not DELETE"),
+        ("select 1; select 2", "exactly one SQL statement, got 2"),
+        ("", "exactly one SQL statement, got 0"),
+        ("selec 1", "syntax error"),
+    ],
+)
+def test_sql_refuses_everything_but_reading_the_warehouse(stocked, sql, refusal):
+    before = stocked.read_bytes()
+    result = runner.invoke(app, ["sql", sql.format(warehouse=stocked, tmp=stocked.parent)])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert refusal in result.stderr and "Traceback" not in result.output
+    assert stocked.read_bytes() == before
+    assert not (stocked.parent / "out.csv").exists() and not (stocked.parent / "other.duckdb").exists()
+
+
+def test_sql_reads_views_and_describes(stocked):
+    assert _json(["sql", "select count(*) as n from usable_measurements", "--json"]) == [{"n": 1}]
+    assert {r["column_name"] for r in _json(["sql", "describe batches", "--json"])} >= {"batch_id", "status"}
+    assert _json(["sql", "explain select 1", "--json"])[0]["explain_key"] == "physical_plan"
+
+
+def _strict_json(text):
+    """JSON as the standard defines it: NaN and Infinity are not JSON."""
+    return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in JSON output"))
+
+
+def test_json_output_has_null_for_undefined_numbers(stocked, tmp_path):
+    out = runner.invoke(app, ["sql", "select 'nan'::double as x, 'inf'::double as y, 1.5 as z", "--json"])
+    assert out.exit_code == 0 and _strict_json(out.stdout) == [{"x": None, "y": None, "z": 1.5}]
+    one = tmp_path / "one.csv"
+    one.write_text("4801d8,100\n")  # one measured block: Kendall tau is undefined
+    report = runner.invoke(app, ["simulate", "--csv", str(one), "--json"])
+    assert report.exit_code == 0 and _strict_json(report.stdout)["kendall_tau"] is None
+    ties = tmp_path / "ties.csv"
+    ties.write_text("4801d8,100\n4801d8,100\n")  # all tied
+    assert _strict_json(runner.invoke(app, ["simulate", "--csv", str(ties), "--json"]).stdout)["kendall_tau"] is None
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["simulate", "--hex", "4801d8", "--iterations", "-5"], "--iterations"),
+        (["simulate", "--hex", "4801d8", "--iterations", "0"], "--iterations"),
+        (["simulate", "--hex", "4801d8", "--threads", "-3"], "--threads"),
+        (["simulate", "--hex", "4801d8", "--mcpu", "foobar"], "unknown CPU 'foobar'"),
+        (["simulate"], "give --csv, --hex or --asm"),
+        (["simulate", "--csv", "{tmp}/empty.csv"], "has no blocks"),
+        (["simulate", "--csv", "{tmp}/missing.csv"], "No such file"),
+        (["evaluate", "--csv", "{tmp}/empty.csv"], "has no blocks"),
+        (["params", "export", "--mcpu", "foobar", "--out", "{tmp}/t.json"], "unknown CPU 'foobar'"),
+    ],
+)
+def test_bad_arguments_are_refused_on_stderr(tmp_path, args, message):
+    (tmp_path / "empty.csv").write_text("\n\n")
+    result = runner.invoke(app, [a.format(tmp=tmp_path) for a in args])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert message in result.stderr and "Traceback" not in result.output
+
+
+def test_params_export_creates_the_folder(tmp_path):
+    out = tmp_path / "new" / "deeper" / "t.json"
+    result = runner.invoke(app, ["params", "export", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["mcpu"] == "haswell"
+
+
+def test_params_import_never_replaces_a_table_and_diff_needs_one_cpu(cli_env, tmp_path):
+    params = tmp_path / "p.json"
+    assert runner.invoke(app, ["params", "export", "--out", str(params)]).exit_code == 0
+    assert runner.invoke(app, ["params", "import", str(params), "--id", "mine"]).exit_code == 0
+    table = json.loads(params.read_text())
+    table["opcodes"]["IMUL64rr"]["latency"] = [7]
+    params.write_text(json.dumps(table))
+    again = runner.invoke(app, ["params", "import", str(params), "--id", "mine"])
+    assert again.exit_code == 2 and "already holds a different table" in again.stderr
+    diff = runner.invoke(app, ["params", "diff", "mine", "--csv"])
+    assert diff.stdout.splitlines() == ["opcode,param,idx,base,value,delta"]  # the first table, unchanged
+    skylake = tmp_path / "skl.json"
+    assert runner.invoke(app, ["params", "export", "--mcpu", "skylake", "--out", str(skylake)]).exit_code == 0
+    other = runner.invoke(app, ["params", "diff", str(skylake), "--against", str(params)])
+    assert other.exit_code == 2 and "-mcpu=skylake" in other.stderr and "not comparable" in other.stderr
+    table["opcodes"]["IMUL64rr"]["uops"] = 0  # valid in shape, refused by the engine
+    params.write_text(json.dumps(table))
+    invalid = runner.invoke(app, ["params", "diff", str(params)])
+    assert invalid.exit_code == 2 and "IMUL64rr" in invalid.stderr
+
+
+def _document(**changes):
+    doc = {
+        "format": "difftune-params/1",
+        "mcpu": "haswell",
+        "llvm_version": "19.1.7",
+        "globals": {"dispatch_width": 4, "micro_op_buffer_size": 192},
+        "opcodes": {"IMUL64rr": {"latency": [3], "uops": 1, "read_advance": [], "ports": {"HWPort1": 1}}},
+    }
+    for path, value in changes.items():
+        *parents, last = path.split("__")
+        node = doc
+        for p in parents:
+            node = node[p]
+        node[last] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    "doc, where",
+    [
+        ([1, 2], "(document): Input should be an object"),
+        (_document(opcodes=[]), "opcodes: Input should be an object"),
+        (_document(opcodes__IMUL64rr__ports=["HWPort1"]), "opcodes.IMUL64rr.ports: Input should be an object"),
+        (_document(globals__dispatch_width=None), "globals.dispatch_width: Input should be a valid integer"),
+        (_document(llvm_version=19), "llvm_version: Input should be a valid string"),
+        (_document(mcpu=7), "mcpu: Input should be a valid string"),
+        (_document(opcodes__IMUL64rr__latency=[10**10]), "opcodes.IMUL64rr.latency.0: Input should be less than"),
+        (_document(opcodes__IMUL64rr__latency=[10**20]), "opcodes.IMUL64rr.latency.0"),
+        (_document(opcodes__IMUL64rr__latency=["5"]), "opcodes.IMUL64rr.latency.0: Input should be a valid integer"),
+        (_document(opcodes__IMUL64rr__latency=[1.7]), "opcodes.IMUL64rr.latency.0: Input should be a valid integer"),
+        (_document(opcodes__IMUL64rr__uops=True), "opcodes.IMUL64rr.uops: Input should be a valid integer"),
+        (_document(opcodes__IMUL64rr__read_advance=[[0, 0]]), "opcodes.IMUL64rr.read_advance.0"),
+        (_document(opcodes__IMUL64rr__latncy=[3]), "opcodes.IMUL64rr.latncy: Extra inputs are not permitted"),
+        (_document(format="something/2"), "format: Input should be 'difftune-params/1'"),
+        ({k: v for k, v in _document().items() if k != "globals"}, "globals: Field required"),
+    ],
+)
+def test_parameter_files_of_the_wrong_shape_are_refused_with_the_field(cli_env, tmp_path, doc, where):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    for args in (["params", "import", str(path)], ["simulate", "--hex", "4801d8", "--params", str(path)]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and result.stdout == "", result.output
+        assert "not a valid parameter table" in result.stderr and where in " ".join(result.stderr.split())
+        assert "Traceback" not in result.output
+    assert not (cli_env / "w.duckdb").exists()  # nothing stored
+
+
+def test_a_parameter_file_with_a_byte_order_mark_loads(tmp_path):
+    path = tmp_path / "bom.json"
+    path.write_text("\ufeff" + json.dumps(_document()), encoding="utf-8")
+    assert _json(["simulate", "--hex", "4801d8", "--params", str(path), "--json"])["failed"] == 0

@@ -19,6 +19,8 @@ BAD_LINES = {
     "4801c8,-5": "must be positive",
     "4801c8,0": "must be positive",
     "4801c8,nan": "is not finite",
+    "4801c0,1e300": "not a basic block's throughput",
+    "4801c9,1e9": "not a basic block's throughput",
     "0fff,100": "undecodable",
 }
 
@@ -112,6 +114,15 @@ def test_splits_are_deterministic_and_stable(haswell, warehouse, sample_rows):
     assert ingest.assign_splits(warehouse) == first
     stored = dict(store.query("SELECT block_id, split FROM splits", warehouse).iter_rows())
     assert all(stored[b] == split_of(b) for b in ids)
+
+
+def test_a_byte_order_mark_is_not_data_and_unknown_cpus_are_refused(haswell, warehouse, tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes("\ufeff4801d8,100\n4883c0014839d875f7,250\n".encode())
+    summary = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+    assert (summary.n_read, summary.n_ingested, summary.n_quarantined) == (2, 2, 0)
+    with pytest.raises(ValueError, match="'foobar': not a CPU LLVM"):
+        ingest.ingest_measurements(path, "foobar", warehouse, haswell)
 
 
 def test_queries_cannot_write(haswell, warehouse, tmp_path):

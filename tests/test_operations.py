@@ -2,6 +2,7 @@
 check, automation downstream of a new batch, the nightly schedule, and the
 quality checks failing on bad results."""
 
+import json
 import os
 import shutil
 import time
@@ -143,3 +144,65 @@ def test_measurement_sanity_fails_on_bad_batches(tmp_path, warehouse, lines, pro
     _, result = _ingest_batch(instance, box, warehouse, _drop(box / "haswell", "x.csv", lines or ["garbage"]))
     check = result.get_asset_check_evaluations()[0]
     assert not check.passed and problem in check.description
+
+
+def test_an_inbox_folder_for_a_cpu_llvm_does_not_model_is_refused(tmp_path):
+    box = tmp_path / "inbox"
+    _drop(box / "foobar", "x.csv", ROWS[:10])
+    skipped = _sensor(dg.DagsterInstance.ephemeral(), box)
+    assert isinstance(skipped, dg.SkipReason) and "'foobar' is not a CPU LLVM" in skipped.skip_message
+
+
+def test_failed_and_dropped_batches_never_feed_tuning(tmp_path, warehouse, monkeypatch):
+    from typer.testing import CliRunner
+
+    from difftune_pipeline.cli import app
+    from difftune_pipeline.ingest import batches as ingest
+    from difftune_pipeline.warehouse import queries
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    box, instance, runner = tmp_path / "inbox", dg.DagsterInstance.get(), CliRunner()
+    good = _drop(box / "haswell", "good.csv", ROWS[:40])
+    _, result = _ingest_batch(instance, box, warehouse, good)
+    assert result.success
+    per_iteration = [f"{h},{float(c) / 100:g}" for h, c in (r.split(",") for r in ROWS[100:140])]
+    _, result = _ingest_batch(instance, box, warehouse, _drop(box / "haswell", "wrong_unit.csv", per_iteration))
+    assert not result.get_asset_check_evaluations()[0].passed
+    ingest.assign_splits(warehouse)
+    everything = ["train", "val", "test"]
+    assert store.query("SELECT count(*) FROM measurements", warehouse).item() == 80  # nothing deleted
+    assert queries.measured_blocks(warehouse, "haswell", everything).height == 40  # the failed batch does not count
+    listed = runner.invoke(app, ["batches", "list", "--warehouse", str(warehouse), "--json"])
+    statuses = {r["source_file"].rsplit("/", 1)[1]: r for r in json.loads(listed.stdout)}
+    assert statuses["good.csv"]["status"] == "ok" and statuses["wrong_unit.csv"]["status"] == "failed_sanity"
+    assert "instructions per cycle" in statuses["wrong_unit.csv"]["status_reason"]
+
+    definitions = defs()
+    fresh = dg.evaluate_automation_conditions(defs=definitions, instance=instance)
+    for key in ("measurements", "block_sources", "blocks", "quarantine", "splits"):
+        instance.report_runless_asset_event(dg.AssetMaterialization(key))
+    before = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=fresh.cursor)
+    good_id = statuses["good.csv"]["batch_id"]
+    dropped = runner.invoke(app, ["batches", "drop", good_id, "--warehouse", str(warehouse), "--reason", "bad rig"])
+    assert dropped.exit_code == 0 and "40 rows withdrawn" in dropped.stdout, dropped.output
+    after = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=before.cursor)
+    assert after.get_num_requested(dg.AssetKey("blocks")) == 1  # the re-tune follows downstream
+    assert queries.measured_blocks(warehouse, "haswell", everything).height == 0
+    assert store.query("SELECT count(*) FROM measurements", warehouse).item() == 40  # only that batch's rows went
+    assert store.query("SELECT count(*) FROM blocks", warehouse).item() == 80  # blocks stay
+    row = store.query("SELECT status, status_reason FROM batches WHERE batch_id = ?", warehouse, [good_id]).row(0)
+    assert row == ("dropped", "bad rig")
+    assert ingest.ingest_measurements(good, "haswell", warehouse, EngineResource(mcpu="haswell").get()).already_ingested
+    assert queries.measured_blocks(warehouse, "haswell", everything).height == 0  # its bytes never come back
+    again = runner.invoke(app, ["batches", "drop", good_id, "--warehouse", str(warehouse)])
+    assert again.exit_code == 0 and "already dropped" in again.stdout
+    unknown = runner.invoke(app, ["batches", "drop", "nope", "--warehouse", str(warehouse)])
+    assert unknown.exit_code == 2 and "no batch 'nope'" in unknown.stderr
+    from difftune_pipeline.steps.checks import measurement_sanity
+
+    wrong_id = statuses["wrong_unit.csv"]["batch_id"]
+    assert not measurement_sanity(warehouse, [wrong_id]).passed
+    assert runner.invoke(app, ["batches", "drop", wrong_id, "--warehouse", str(warehouse)]).exit_code == 0
+    verdict = measurement_sanity(warehouse, [wrong_id, good_id])  # as the next `measurements` run sees them
+    assert verdict.passed and "2 dropped (not judged)" in verdict.description

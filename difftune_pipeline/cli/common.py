@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,7 +25,9 @@ app.add_typer(params_app, name="params")
 batches_app = typer.Typer(help="Measurement and corpus batches in the warehouse.", no_args_is_help=True)
 app.add_typer(batches_app, name="batches")
 console = Console()  # results: stdout
-err_console = Console(stderr=True)  # errors, waits and progress never mix with --json/--csv output on stdout
+err_console = Console(
+    stderr=True, soft_wrap=True
+)  # errors, waits and progress never mix with --json/--csv output on stdout
 CHUNK = 256
 
 
@@ -43,7 +46,9 @@ def fail(exc: Exception) -> typer.Exit:
 
 
 def _finite(value: Any) -> Any:
-    """JSON has no NaN or infinity: an undefined number is null."""
+    """JSON has no NaN or infinity: an undefined number is null (decimals are numbers)."""
+    if isinstance(value, Decimal):
+        value = float(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):

@@ -81,7 +81,7 @@ def materialize(
             names = escape(", ".join(k.to_user_string() for k in keys) + (f" [{partition}]" if partition else ""))
             bar.update(task, description=f"materialising {names}")
             for pool in sorted(set().union(*(graph.get(k).pools for k in keys))):
-                recovery.wait_for_pool(instance, pool, lambda line: bar.update(task, description=escape(line)))
+                recovery.wait_for_pool(instance, pool, lambda line: err_console.print(escape(line)))
             result = job.execute_in_process(
                 instance=instance,
                 asset_selection=keys,

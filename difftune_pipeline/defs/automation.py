@@ -6,11 +6,13 @@ import dagster as dg
 
 # Re-run when an upstream asset is updated (a new batch, a new surrogate), once
 # nothing upstream is missing or in progress and no upstream blocking check failed.
+# A batch that failed its sanity check is the exception: it never feeds tuning
+# (``usable_measurements``), so it does not hold back the re-tune of the others.
 FOLLOWS_UPSTREAM = (
     dg.AutomationCondition.eager()
     & ~dg.AutomationCondition.any_deps_match(
         dg.AutomationCondition.any_checks_match(dg.AutomationCondition.check_failed(), blocking_only=True)
-    )
+    ).ignore(dg.AssetSelection.assets("measurements", "measurement_batches"))
 ).with_label("follows upstream")
 
 RETUNE_CRON = os.environ.get("DIFFTUNE_RETUNE_CRON", "0 2 * * *")

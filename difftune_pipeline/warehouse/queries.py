@@ -81,7 +81,7 @@ def batch_sanity(db: Db, batch_ids: list[str], max_ipc: float) -> pl.DataFrame:
     instructions per cycle."""
     return query(
         """
-        SELECT b.batch_id, b.source_file, b.n_read, b.n_ingested, b.n_quarantined,
+        SELECT b.batch_id, b.source_file, b.status, b.n_read, b.n_ingested, b.n_quarantined,
                count(m.block_id) FILTER (WHERE 100.0 * bl.n_insts / m.cycles_per_100 > ?) AS n_implausible
         FROM batches b
         LEFT JOIN measurements m USING (batch_id)

@@ -1,0 +1,152 @@
+"""Runs that survive kills and readers: a killed run's pool slot is freed by the
+next run, a run waiting for the pool says for what and can be interrupted, and
+readers and writers of the warehouse wait for each other instead of failing."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import dagster as dg
+import duckdb
+import pytest
+
+from conftest import ROOT, SAMPLE
+from difftune_pipeline.warehouse import connection as store
+
+DIFFTUNE = str(ROOT / ".venv" / "bin" / "difftune")
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A Dagster instance configured like the project's (pool limit 1) and a warehouse."""
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster_instance.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("DIFFTUNE_WAREHOUSE", str(tmp_path / "w.duckdb"))
+    monkeypatch.setenv("DIFFTUNE_PROFILE", "sample")
+    monkeypatch.setenv("DIFFTUNE_LOCK_TIMEOUT", "120")
+    return tmp_path
+
+
+def _materialize(select: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [DIFFTUNE, "materialize", "--select", select],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def _wait_for(predicate, what: str, seconds: float = 120):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _pool_holders() -> list[str]:
+    with dg.DagsterInstance.get() as instance:
+        return [s.run_id for s in instance.event_log_storage.get_concurrency_info("duckdb_writer").claimed_slots]
+
+
+def test_a_killed_run_frees_its_slot_and_a_waiting_run_can_be_interrupted(home):
+    # a reader that keeps the warehouse open makes the first run wait inside its pooled step
+    warehouse = home / "w.duckdb"
+    store.connect(warehouse).close()
+    held = duckdb.connect(str(warehouse), read_only=True)
+    first = _materialize("key:measurements")
+    holder = _wait_for(_pool_holders, "the first run to claim the pool slot")[0]
+
+    second = _materialize("key:splits")
+    line = next((x for x in iter(second.stderr.readline, "") if "waiting for pool" in x), "")  # "" at EOF
+    assert "waiting for pool duckdb_writer" in line and holder[:8] in line and f"pid {first.pid}" in line
+    second.send_signal(signal.SIGINT)
+    assert second.wait(timeout=20) != 0  # interrupted while waiting, promptly
+
+    first.kill()  # SIGKILL: the run stays "started" and keeps its slot
+    first.wait()
+    held.close()
+    assert _pool_holders() == [holder]
+
+    third = _materialize("key:measurements")
+    out, err = third.communicate(timeout=300)
+    assert third.returncode == 0, out + err
+    assert f"run {holder} was left by a killed process" in err
+    assert store.query("SELECT count(*) FROM measurements", warehouse).item() > 0
+    with dg.DagsterInstance.get() as instance:
+        assert instance.get_run_by_id(holder).status == dg.DagsterRunStatus.FAILURE
+    assert _pool_holders() == []
+
+
+def _reader(warehouse, stop, report):
+    """A process that queries the warehouse every 10 ms until ``stop`` exists."""
+    code = f"""
+import json, pathlib, time
+from difftune_pipeline.warehouse import connection as store
+ok, errors = 0, []
+while not pathlib.Path({str(stop)!r}).exists():
+    try:
+        store.query("SELECT count(*) FROM batches", {str(warehouse)!r})
+        ok += 1
+    except Exception as exc:
+        errors.append(repr(exc))
+    time.sleep(0.01)
+pathlib.Path({str(report)!r}).write_text(json.dumps({{"ok": ok, "errors": errors}}))
+"""
+    return subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "DIFFTUNE_LOCK_TIMEOUT": "60"})
+
+
+def test_a_polling_reader_and_the_graph_coexist(home):
+    import json
+
+    warehouse = home / "w.duckdb"
+    store.connect(warehouse).close()
+    stop, report = home / "stop", home / "report.json"
+    reader = _reader(warehouse, stop, report)
+    try:
+        run = _materialize("key:measurements or key:block_sources or key:blocks or key:splits or key:default_params")
+        out, err = run.communicate(timeout=600)
+    finally:
+        stop.touch()
+        reader.wait(timeout=60)
+    assert run.returncode == 0, out + err
+    polled = json.loads(report.read_text())
+    assert polled["errors"] == [] and polled["ok"] > 20
+    assert store.query("SELECT count(*) FROM param_tables", warehouse).item() == 1
+
+
+def test_a_writer_waits_for_a_reader_within_the_timeout(tmp_path, monkeypatch):
+    warehouse = tmp_path / "w.duckdb"
+    store.connect(warehouse).close()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, time; c = duckdb.connect({str(warehouse)!r}, read_only=True); "
+            "print('open', flush=True); time.sleep(1.5)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout.readline().strip() == "open"
+    monkeypatch.setenv("DIFFTUNE_LOCK_TIMEOUT", "0.3")
+    with pytest.raises(store.WarehouseBusy, match=rf"held by process {holder.pid}.*0\.3 s"):
+        store.connect(warehouse)
+    monkeypatch.setenv("DIFFTUNE_LOCK_TIMEOUT", "30")
+    started = time.monotonic()
+    with store.writer(warehouse) as con:  # waits for the reader to go, then writes
+        con.execute("CREATE TABLE t AS SELECT 1 AS a")
+    assert time.monotonic() - started < 30
+    assert holder.wait() == 0
+    assert store.query("SELECT a FROM t", warehouse).item() == 1
+    monkeypatch.setenv("DIFFTUNE_LOCK_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="DIFFTUNE_LOCK_TIMEOUT"):
+        store.connect(warehouse)
