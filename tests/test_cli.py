@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from typer.testing import CliRunner
 
 from difftune_pipeline.cli import app

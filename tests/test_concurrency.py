@@ -13,7 +13,7 @@ import dagster as dg
 import duckdb
 import pytest
 
-from conftest import ROOT, SAMPLE
+from conftest import ROOT
 from difftune_pipeline.warehouse import connection as store
 
 DIFFTUNE = str(ROOT / ".venv" / "bin" / "difftune")
