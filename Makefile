@@ -34,10 +34,10 @@ lint: setup
 	$(VENV)/bin/ruff check difftune_pipeline tests bench
 	$(VENV)/bin/ruff format --check difftune_pipeline tests bench
 
-test: lint
+test: lint chromium
 	$(VENV)/bin/pytest -m "not slow"
 
-test-all: lint
+test-all: lint chromium
 	$(VENV)/bin/pytest
 
 ui: setup

@@ -1,13 +1,48 @@
-"""Shared by the benchmarks: BHive's measured files."""
+"""Shared by the benchmarks: BHive's measured files and corpus, from ``--data``
+(a folder laid out like BHive's release, e.g. ../shared/data) or, without it, the
+rows bundled in the repository (2,000 Haswell blocks; 100 each for Skylake and
+Ivy Bridge; the sample corpus)."""
 
+import argparse
 import csv
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from difftune_pipeline.config import SAMPLE_DIR
+
+ROOT = Path(__file__).resolve().parents[1]
 GROUND_TRUTH = {"haswell": "bhive_hsw.csv", "ivybridge": "bhive_ivb.csv", "skylake": "bhive_skl.csv"}
+BUNDLED = {
+    "haswell": SAMPLE_DIR / "bhive_hsw_sample.csv",
+    "ivybridge": ROOT / "tests" / "data" / "bhive_ivb_100.csv",
+    "skylake": ROOT / "tests" / "data" / "bhive_skl_100.csv",
+}
 
 
-def bhive_rows(mcpu: str, n: int | None = None) -> list[tuple[str, float]]:
-    with open(DATA / "ground_truth" / GROUND_TRUTH[mcpu]) as fh:
+def add_data_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="folder with ground_truth/bhive_{hsw,ivb,skl}.csv and bhive_sources/*.csv "
+        "(e.g. ../shared/data); default: the small sample bundled in the repository",
+    )
+
+
+def _need(path: Path) -> Path:
+    if not path.exists():
+        raise SystemExit(f"{path} is missing: --data must hold BHive's ground_truth/ and bhive_sources/ folders")
+    return path
+
+
+def bhive_rows(mcpu: str, n: int | None = None, data: Path | None = None) -> list[tuple[str, float]]:
+    """(hex, cycles per 100 iterations) of BHive's file for ``mcpu``, the first ``n``."""
+    path = BUNDLED[mcpu] if data is None else _need(Path(data) / "ground_truth" / GROUND_TRUTH[mcpu])
+    with open(path) as fh:
         rows = [(h, float(c)) for h, c in csv.reader(fh)]
     return rows[:n] if n else rows
+
+
+def corpus_files(data: Path | None = None) -> list[Path]:
+    """BHive's corpus files (``hex,frequency`` per application)."""
+    folder = SAMPLE_DIR / "corpus" if data is None else _need(Path(data) / "bhive_sources")
+    return sorted(folder.glob("*.csv"))

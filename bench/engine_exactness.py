@@ -5,13 +5,13 @@ Both sides get the same input: the AT&T text of the disassembled block. The hex
 path (the disassembled instructions themselves) is also reported: it differs only
 where re-assembling the text picks another encoding (e.g. push imm32 -> imm8).
 
-    .venv/bin/python bench/engine_exactness.py [--blocks N] [--mcpu haswell ...]
+    .venv/bin/python bench/engine_exactness.py [--blocks N] [--mcpu haswell ...] [--data ../shared/data]
 """
 
 import argparse
 import time
 
-from common import GROUND_TRUTH, bhive_rows
+from common import GROUND_TRUTH, add_data_argument, bhive_rows
 
 from difftune_pipeline.engine import LLVM_VERSION, Engine
 from difftune_pipeline.engine.reference import llvm_mca_many
@@ -21,12 +21,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--blocks", type=int, default=None)
     parser.add_argument("--mcpu", nargs="*", default=list(GROUND_TRUTH))
+    add_data_argument(parser)
     args = parser.parse_args()
     print(f"LLVM {LLVM_VERSION}")
     for mcpu in args.mcpu:
         t0 = time.perf_counter()
         engine = Engine(mcpu)
-        direct = engine.disassemble_many([h for h, _ in bhive_rows(mcpu, args.blocks)])
+        direct = engine.disassemble_many([h for h, _ in bhive_rows(mcpu, args.blocks, args.data)])
         texts = [engine.parse_asm("\n".join(b.asm)) for b in direct]
         ours = engine.simulate(texts, threads=2).cycles.tolist()
         ref = llvm_mca_many([list(b.asm) for b in texts], mcpu)

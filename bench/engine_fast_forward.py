@@ -1,14 +1,14 @@
 """Opt-in steady-state fast-forward against full simulation: speed-up and the
 share of blocks whose cycles come out exactly equal.
 
-    .venv/bin/python bench/engine_fast_forward.py [--blocks N] [--mcpu haswell]
+    .venv/bin/python bench/engine_fast_forward.py [--blocks N] [--mcpu haswell] [--data ../shared/data]
 """
 
 import argparse
 import time
 
 import numpy as np
-from common import bhive_rows
+from common import add_data_argument, bhive_rows
 
 from difftune_pipeline.engine import Engine
 
@@ -18,9 +18,10 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=None)
     parser.add_argument("--mcpu", default="haswell")
     parser.add_argument("--iterations", type=int, default=100)
+    add_data_argument(parser)
     args = parser.parse_args()
     engine = Engine(args.mcpu)
-    blocks = engine.disassemble_many([h for h, _ in bhive_rows(args.mcpu, args.blocks)])
+    blocks = engine.disassemble_many([h for h, _ in bhive_rows(args.mcpu, args.blocks, args.data)])
     engine.compile(None)
     t0 = time.perf_counter()
     full = engine.simulate(blocks, threads=2, iterations=args.iterations).cycles

@@ -1,13 +1,13 @@
 """In-process engine vs one llvm-mca subprocess per block, both with 2 workers,
 on the same BHive Haswell blocks; results must be identical.
 
-    .venv/bin/python bench/engine_speed.py [--blocks 1000]
+    .venv/bin/python bench/engine_speed.py [--blocks 1000] [--data ../shared/data]
 """
 
 import argparse
 import time
 
-from common import bhive_rows
+from common import add_data_argument, bhive_rows
 
 from difftune_pipeline.engine import Engine
 from difftune_pipeline.engine.reference import llvm_mca_many
@@ -17,9 +17,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--blocks", type=int, default=1000)
     parser.add_argument("--mcpu", default="haswell")
+    add_data_argument(parser)
     args = parser.parse_args()
     engine = Engine(args.mcpu)
-    texts = ["\n".join(engine.disassemble(h).asm) for h, _ in bhive_rows(args.mcpu, args.blocks)]
+    texts = ["\n".join(engine.disassemble(h).asm) for h, _ in bhive_rows(args.mcpu, args.blocks, args.data)]
     blocks = [engine.parse_asm(t) for t in texts]
     engine.compile(None)
 

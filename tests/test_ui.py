@@ -61,21 +61,21 @@ def test_ui_command_serves_the_pipeline(tmp_path):
     assert {"measurement_batches", "learned_params", "evaluation"} <= set(nodes)
     assert all(n["description"] and n["groupName"] in ("ingest", "difftune") for n in nodes.values())
     repo = data["repositoriesOrError"]["nodes"][0]
-    assert {"inbox_sensor", "retune_automation"} <= {s["name"] for s in repo["sensors"]}
+    assert {"inbox_sensor", "retune_automation", "dead_run_reaper"} <= {s["name"] for s in repo["sensors"]}
     assert {s["name"] for s in repo["schedules"]} == {"nightly_retune"}
     running = {
         s["name"]
         for s in repo["sensors"] + repo["schedules"]
         if (s.get("sensorState") or s.get("scheduleState"))["status"] == "RUNNING"
     }
-    assert running == {"inbox_sensor", "retune_automation", "nightly_retune"}  # all on without a click
+    assert running == {"inbox_sensor", "retune_automation", "dead_run_reaper", "nightly_retune"}  # on without a click
     assert "the pipeline is loaded" in output
     assert (tmp_path / "home" / "dagster.yaml").exists()
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
 def test_screenshots_of_the_asset_graph_and_evaluation(tmp_path):
+    assert shutil.which("chromium"), "Debian's chromium is missing: `make test` installs it (make chromium)"
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "DIFFTUNE_WAREHOUSE": str(tmp_path / "w.duckdb")}
     out = subprocess.run(
         [
