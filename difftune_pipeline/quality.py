@@ -1,4 +1,5 @@
-"""Quality gates a bad result must not pass: measurement sanity, engine
+"""Quality gates a bad result must not pass: measurement sanity (as judged at
+ingestion, ``ingest.sanity``), engine
 exactness against the ``llvm-mca`` binary, surrogate fidelity, and a learned
 table no worse than the default on val. Each returns ``Verdict``; the Dagster
 layer turns them into blocking asset checks.
@@ -12,14 +13,6 @@ import polars as pl
 
 from difftune_pipeline.engine import Engine
 
-# Sanity bounds for a measurement batch. A BHive block sustains at most ~4.4
-# instructions per cycle on Intel cores (99.9th percentile of the Haswell set);
-# more than 5 on a sizeable share of rows means the file's unit is not cycles per
-# 100 iterations (e.g. cycles per iteration) or the file is not BHive's.
-MAX_QUARANTINED_FRACTION = 0.10
-MAX_IPC = 5.0
-MAX_IMPLAUSIBLE_FRACTION = 0.01
-
 
 @dataclass
 class Verdict:
@@ -29,41 +22,26 @@ class Verdict:
 
 
 def measurement_sanity(rows: pl.DataFrame | None, batch_ids: list[str]) -> Verdict:
-    """Each batch: few rows quarantined, and throughputs a real core can reach.
-    ``rows``: per batch, rows read, ingested, quarantined and above ``MAX_IPC``
-    instructions per cycle (``queries.batch_sanity``; not read when there is no batch).
-    A dropped batch is not judged: it feeds nothing."""
+    """The verdicts ingestion gave the batches (``ingest.sanity``): failed when one
+    of them is ``failed_sanity`` or missing. ``rows``: per batch, its status, the
+    reason and its row counts (``queries.batch_statuses``; not read when there is no
+    batch). A dropped batch is not judged: it feeds nothing."""
     if not batch_ids:
         return Verdict(True, "no measurement batches to check")
-    dropped = rows.filter(pl.col("status") == "dropped")["batch_id"].to_list()
-    rows = rows.filter(pl.col("status") != "dropped").with_columns(
-        (pl.col("n_quarantined") / pl.col("n_read").clip(lower_bound=1)).alias("quarantined_fraction"),
-        (pl.col("n_implausible") / pl.col("n_ingested").clip(lower_bound=1)).alias("implausible_fraction"),
-    )
-    failed: dict[str, list[str]] = {}
-    for r in rows.iter_rows(named=True):
-        reasons = failed.setdefault(r["batch_id"], [])
-        if r["n_ingested"] == 0:
-            reasons.append(f"{r['source_file']}: no row became a measurement")
-        if r["quarantined_fraction"] > MAX_QUARANTINED_FRACTION:
-            reasons.append(
-                f"{r['source_file']}: {100 * r['quarantined_fraction']:.1f}% of rows quarantined "
-                f"(limit {100 * MAX_QUARANTINED_FRACTION:g}%)"
-            )
-        if r["implausible_fraction"] > MAX_IMPLAUSIBLE_FRACTION:
-            reasons.append(
-                f"{r['source_file']}: {100 * r['implausible_fraction']:.1f}% of blocks above {MAX_IPC:g} "
-                "instructions per cycle: is the unit cycles per 100 iterations?"
-            )
-    failed = {b: reasons for b, reasons in failed.items() if reasons}
-    missing = set(batch_ids) - set(rows["batch_id"]) - set(dropped)
-    problems = [p for reasons in failed.values() for p in reasons]
+    dropped = rows.filter(pl.col("status") == "dropped")
+    failed = rows.filter(pl.col("status") == "failed_sanity")
+    problems = [
+        f"{reason} (batch {b} never feeds tuning; withdraw it with `difftune batches drop {b}`)"
+        for b, reason in failed.select("batch_id", "status_reason").iter_rows()
+    ]
+    missing = set(batch_ids) - set(rows["batch_id"])
     problems += [f"batch {b} is not in the warehouse" for b in sorted(missing)]
+    judged = rows.height - dropped.height
     return Verdict(
         not problems,
         "; ".join(problems)
-        or f"{rows.height} batch(es) sane" + (f", {len(dropped)} dropped (not judged)" if dropped else ""),
-        {"batches": rows.drop("source_file").to_dicts(), "failed": {b: "; ".join(r) for b, r in failed.items()}},
+        or f"{judged} batch(es) sane" + (f", {dropped.height} dropped (not judged)" if dropped.height else ""),
+        {"batches": rows.drop("source_file").to_dicts()},
     )
 
 

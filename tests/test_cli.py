@@ -181,6 +181,10 @@ def stocked(cli_env, haswell):
         ("select 1; select 2", "exactly one SQL statement, got 2"),
         ("", "exactly one SQL statement, got 0"),
         ("selec 1", "syntax error"),
+        ("explain analyze select 1", "not EXPLAIN ANALYZE"),
+        ("explain analyze create temp table q as select 1", "not EXPLAIN ANALYZE"),
+        ("explain create table q (a int)", "not CREATE"),
+        ("/* hidden */ explain analyze select 1", "start the statement with EXPLAIN"),
     ],
 )
 def test_sql_refuses_everything_but_reading_the_warehouse(stocked, sql, refusal):

@@ -3,6 +3,7 @@ next run, a run waiting for the pool says for what and can be interrupted, and
 readers and writers of the warehouse wait for each other instead of failing."""
 
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -52,6 +53,18 @@ def _wait_for(predicate, what: str, seconds: float = 120):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _line_with(stream, text: str, seconds: float = 120) -> str:
+    """The first line of ``stream`` that contains ``text``; fails (not hangs) after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([stream], [], [], 0.5)
+        if ready:
+            line = stream.readline()
+            if text in line or line == "":
+                return line
+    raise AssertionError(f"no line with {text!r} within {seconds} s")
+
+
 def _pool_holders() -> list[str]:
     with dg.DagsterInstance.get() as instance:
         return [s.run_id for s in instance.event_log_storage.get_concurrency_info("duckdb_writer").claimed_slots]
@@ -66,7 +79,7 @@ def test_a_killed_run_frees_its_slot_and_a_waiting_run_can_be_interrupted(home):
     holder = _wait_for(_pool_holders, "the first run to claim the pool slot")[0]
 
     second = _materialize("key:splits")
-    line = next((x for x in iter(second.stderr.readline, "") if "waiting for pool" in x), "")  # "" at EOF
+    line = _line_with(second.stderr, "waiting for pool")
     assert "waiting for pool duckdb_writer" in line and holder[:8] in line and f"pid {first.pid}" in line
     second.send_signal(signal.SIGINT)
     assert second.wait(timeout=20) != 0  # interrupted while waiting, promptly
@@ -121,6 +134,27 @@ def test_a_polling_reader_and_the_graph_coexist(home):
     polled = json.loads(report.read_text())
     assert polled["errors"] == [] and polled["ok"] > 20
     assert store.query("SELECT count(*) FROM param_tables", warehouse).item() == 1
+
+
+def test_a_query_waits_for_a_writer_and_then_says_who_held_it(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from difftune_pipeline.cli import app
+
+    warehouse = tmp_path / "w.duckdb"
+    store.connect(warehouse).close()
+    code = f"import duckdb, time; c = duckdb.connect({str(warehouse)!r}); print('open', flush=True); time.sleep(30)"
+    held = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert held.stdout.readline().strip() == "open"
+        monkeypatch.setenv("DIFFTUNE_LOCK_TIMEOUT", "0.5")
+        result = CliRunner().invoke(app, ["sql", "select 1", "--warehouse", str(warehouse)])
+        assert result.exit_code == 2 and result.stdout == ""
+        assert f"held by process {held.pid}" in result.stderr and "Traceback" not in result.output
+    finally:
+        held.kill()
+        held.wait()
+    assert CliRunner().invoke(app, ["sql", "select 1 as a", "--csv", "--warehouse", str(warehouse)]).stdout == "a\n1\n"
 
 
 def test_a_writer_waits_for_a_reader_within_the_timeout(tmp_path, monkeypatch):

@@ -137,7 +137,36 @@ def test_queries_cannot_write(haswell, warehouse, tmp_path):
     ):
         with pytest.raises(Exception, match="read-only"):
             store.query(sql, warehouse)
+    # what the statement check of `difftune sql` would refuse first, the connection refuses too
+    for sql, refusal in (
+        (f"COPY (SELECT 1) TO '{tmp_path}/x.csv'", "disabled"),
+        (f"ATTACH '{tmp_path}/other.duckdb'", "disabled"),
+        ("SELECT * FROM read_text('/etc/hostname')", "disabled"),
+        ("SET enable_external_access = true", "configuration has been locked"),
+        ("SET threads = 1", "configuration has been locked"),
+        ("INSTALL httpfs", "disabled"),
+    ):
+        with pytest.raises(Exception, match=refusal):
+            store.query(sql, warehouse)
+    assert not (tmp_path / "x.csv").exists() and not (tmp_path / "other.duckdb").exists()
     assert _count(warehouse, "SELECT count(*) FROM blocks") == 2
+
+
+def test_a_warehouse_of_an_older_version_is_migrated_by_its_first_reader(haswell, warehouse, tmp_path):
+    import duckdb
+
+    con = duckdb.connect(str(warehouse))
+    for version, ddl in enumerate(schema.MIGRATIONS[:3], start=1):  # as the previous release left it
+        con.execute(ddl)
+        con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        con.execute("INSERT INTO schema_version VALUES (?)", [version])
+    con.execute(
+        "INSERT INTO batches VALUES ('b1', 'measurements', 'haswell', NULL, 'old.csv', 1, 1, 0, now()::TIMESTAMP)"
+    )
+    con.close()
+    assert queries.batches(warehouse).select("batch_id", "status").rows() == [("b1", "ok")]
+    assert _count(warehouse, "SELECT max(version) FROM schema_version") == len(schema.MIGRATIONS)
+    assert _count(warehouse, "SELECT count(*) FROM usable_measurements") == 0
 
 
 def test_schema_migrations_are_recorded(warehouse):

@@ -185,7 +185,7 @@ def test_failed_and_dropped_batches_never_feed_tuning(tmp_path, warehouse, monke
     before = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=fresh.cursor)
     good_id = statuses["good.csv"]["batch_id"]
     dropped = runner.invoke(app, ["batches", "drop", good_id, "--warehouse", str(warehouse), "--reason", "bad rig"])
-    assert dropped.exit_code == 0 and "40 rows withdrawn" in dropped.stdout, dropped.output
+    assert dropped.exit_code == 0 and "40 measurements withdrawn" in dropped.stdout, dropped.output
     after = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=before.cursor)
     assert after.get_num_requested(dg.AssetKey("blocks")) == 1  # the re-tune follows downstream
     assert queries.measured_blocks(warehouse, "haswell", everything).height == 0
@@ -206,3 +206,9 @@ def test_failed_and_dropped_batches_never_feed_tuning(tmp_path, warehouse, monke
     assert runner.invoke(app, ["batches", "drop", wrong_id, "--warehouse", str(warehouse)]).exit_code == 0
     verdict = measurement_sanity(warehouse, [wrong_id, good_id])  # as the next `measurements` run sees them
     assert verdict.passed and "2 dropped (not judged)" in verdict.description
+    corpus = tmp_path / "tensorflow.csv"
+    corpus.write_text("\n".join(f"{r.split(',')[0]},1" for r in ROWS[:5]) + "\n")
+    corpus_id = ingest.ingest_corpus(corpus, warehouse, EngineResource(mcpu="haswell").get()).batch_id
+    refused = runner.invoke(app, ["batches", "drop", corpus_id, "--warehouse", str(warehouse)])
+    assert refused.exit_code == 2 and "only measurement batches can be dropped" in refused.stderr
+    assert store.query("SELECT count(*) FROM block_sources", warehouse).item() == 5

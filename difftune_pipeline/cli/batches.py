@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from difftune_pipeline.cli.common import WarehouseOpt, batches_app, console, err_console, fail, print_json
+from difftune_pipeline.cli.common import USER_ERRORS, WarehouseOpt, batches_app, console, err_console, fail, print_json
 from difftune_pipeline.warehouse import DEFAULT_PATH, queries, writer
 
 
@@ -21,7 +21,7 @@ def batches_list(
     """Every batch with its status: ok, failed_sanity (never feeds tuning) or dropped."""
     try:
         frame = queries.batches(warehouse)
-    except (OSError, ValueError) as exc:
+    except USER_ERRORS as exc:
         raise fail(exc) from None
     if as_json:
         print_json(frame.to_dicts())
@@ -38,18 +38,22 @@ def batches_list(
     console.print(table)
 
 
-def _request_retune() -> str:
+def _request_retune(batch_id: str) -> str:
     """Tell the Dagster instance that ``measurements`` changed, so the automation
     conditions re-tune what depends on it (with the daemon running)."""
+    later = "the next `difftune materialize` re-tunes"
     if not os.environ.get("DAGSTER_HOME"):
-        return "no Dagster instance (DAGSTER_HOME unset): the next `difftune materialize` re-tunes"
+        return f"no Dagster instance (DAGSTER_HOME is unset): {later}"
     import dagster as dg
 
-    with dg.DagsterInstance.get() as instance:
-        instance.report_runless_asset_event(
-            dg.AssetMaterialization("measurements", description="a batch was dropped", metadata={"dropped": True})
-        )
-    return "downstream assets re-tune (at once with the daemon running, else at the next `difftune materialize`)"
+    try:
+        with dg.DagsterInstance.get() as instance:
+            instance.report_runless_asset_event(
+                dg.AssetMaterialization("measurements", description=f"batch {batch_id} dropped")
+            )
+    except Exception as exc:  # the drop is committed; only the notice failed
+        return f"could not notify the Dagster instance ({exc}): {later}"
+    return "what depends on it re-tunes (at once with the daemon running, else at the next `difftune materialize`)"
 
 
 @batches_app.command("drop")
@@ -58,17 +62,17 @@ def batches_drop(
     reason: Annotated[str, typer.Option(help="why it is withdrawn (stored with the batch)")] = "dropped by a user",
     warehouse: WarehouseOpt = DEFAULT_PATH,
 ) -> None:
-    """Withdraw a batch: its rows leave ``measurements`` (or ``block_sources``),
-    its record and quarantined lines stay, and its bytes are never ingested again."""
+    """Withdraw a measurement batch: its rows leave ``measurements``, its record
+    and quarantined lines stay, and its bytes are never ingested again."""
     if not warehouse.exists():
         raise fail(FileNotFoundError(f"no warehouse at {warehouse}"))
     try:
         with writer(warehouse) as con:
             result = queries.drop_batch(con, batch_id, reason)
-    except (KeyError, OSError) as exc:
+    except USER_ERRORS as exc:
         raise fail(exc) from None
     if result["already_dropped"]:
         console.print(f"batch {escape(batch_id)} was already dropped: nothing changed")
         return
-    console.print(f"dropped batch {escape(batch_id)} ({result['kind']}): {result['rows_removed']} rows withdrawn")
-    err_console.print(_request_retune())
+    console.print(f"dropped batch {escape(batch_id)}: {result['rows_removed']} measurements withdrawn")
+    err_console.print(_request_retune(batch_id))

@@ -9,6 +9,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
 
+import duckdb
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
@@ -38,6 +39,12 @@ def _main() -> None:
     if not logger.handlers:
         logger.addHandler(RichHandler(console=err_console, show_path=False, show_time=False))
         logger.setLevel(logging.INFO)
+
+
+# What a user's input or the warehouse's state can raise: reported as one line on
+# stderr (exit status 2), never a traceback. (InvalidTable is a ValueError;
+# WarehouseBusy an OSError.)
+USER_ERRORS = (ValueError, KeyError, OSError, duckdb.Error)
 
 
 def fail(exc: Exception) -> typer.Exit:

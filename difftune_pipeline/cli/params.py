@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from difftune_pipeline.cli.common import WarehouseOpt, console, fail, params_app
+from difftune_pipeline.cli.common import USER_ERRORS, WarehouseOpt, console, fail, params_app
 from difftune_pipeline.warehouse import DEFAULT_PATH, queries, writer
 
 
@@ -56,7 +56,7 @@ def params_export(
         name, t = _load_table(table, mcpu, warehouse)
         out.parent.mkdir(parents=True, exist_ok=True)
         t.to_json(out)
-    except (KeyError, ValueError, OSError) as exc:
+    except USER_ERRORS as exc:
         raise fail(exc) from None
     console.print(f"wrote {escape(name)}: {len(t.rows)} opcodes of -mcpu={t.mcpu} (LLVM {t.llvm_version}) to {out}")
 
@@ -70,20 +70,19 @@ def params_import(
 ) -> None:
     """Store a table in the warehouse (kind 'imported') after the engine has
     validated every parameter, so it can be diffed, exported and evaluated by id."""
-    from difftune_pipeline.engine import Engine, InvalidTable, ParamTable
+    from difftune_pipeline.engine import Engine, ParamTable
 
     try:
         table = ParamTable.from_json(file)
         Engine(table.mcpu).compile(table)
         table_id = table_id or f"imported-{table.mcpu}-{table.fingerprint()}"
-        if warehouse.exists() and queries.table_exists(warehouse, table_id):
-            stored = queries.load_table(warehouse, table_id)
-            if stored.fingerprint() != table.fingerprint():
+        with writer(warehouse) as con:  # compared and stored in one transaction
+            stored = queries.stored_values(con, table_id)
+            if stored is not None and not stored.equals(table.to_frame().sort(stored.columns)):
                 raise ValueError(f"table id {table_id!r} already holds a different table: choose another --id")
-    except (InvalidTable, ValueError, KeyError, OSError) as exc:
+            new = queries.save_table(con, table_id, table, kind="imported", note=note or f"imported from {file}")
+    except USER_ERRORS as exc:
         raise fail(exc) from None
-    with writer(warehouse) as con:
-        new = queries.save_table(con, table_id, table, kind="imported", note=note or f"imported from {file}")
     console.print(
         f"{'stored' if new else 'already stored'}: {escape(table_id)} ({len(table.rows)} opcodes, -mcpu={table.mcpu})"
     )
@@ -113,7 +112,7 @@ def params_diff(
                 engine.compile(checked)
             except InvalidTable as exc:
                 raise ValueError(f"{ref}: {exc}") from None
-    except (KeyError, ValueError, OSError) as exc:
+    except USER_ERRORS as exc:
         raise fail(exc) from None
     frame = diff(base, t)
     if as_csv:

@@ -10,7 +10,16 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from difftune_pipeline.cli.common import WarehouseOpt, app, console, err_console, fail, print_json, progress
+from difftune_pipeline.cli.common import (
+    USER_ERRORS,
+    WarehouseOpt,
+    app,
+    console,
+    err_console,
+    fail,
+    print_json,
+    progress,
+)
 from difftune_pipeline.warehouse import DEFAULT_PATH
 from difftune_pipeline.warehouse.connection import user_query
 
@@ -26,7 +35,7 @@ def sql(
     SUMMARIZE, EXPLAIN). Nothing outside the warehouse is reachable and nothing can be written."""
     try:
         frame = user_query(query, warehouse)
-    except Exception as exc:  # duckdb raises many error types; all are the user's to read
+    except USER_ERRORS as exc:
         raise fail(exc) from None
     if as_csv:
         sys.stdout.write(frame.write_csv())
@@ -64,8 +73,11 @@ def materialize(
         ) from None
     ordered = [k for level in graph.toposorted_asset_keys_by_level for k in sorted(level) if k in selected]
     with dg.DagsterInstance.get() as instance, progress() as bar:
-        for run_id in recovery.reap_dead_runs(instance):
+        reaped, freed = recovery.reap_dead_runs(instance)
+        for run_id in reaped:
             err_console.print(f"run {run_id} was left by a killed process: marked failed, its pool slots freed")
+        for run_id in freed:
+            err_console.print(f"run {run_id} had finished but still held a pool slot: freed")
         runs: list[tuple[list, str | None]] = []
         for key in ordered:
             partitions = graph.get(key).partitions_def
@@ -114,7 +126,7 @@ def report(
 
     try:
         path = report_.build(warehouse, out)
-    except (ValueError, KeyError, OSError) as exc:
+    except USER_ERRORS as exc:
         raise fail(exc) from None
     console.print(f"wrote {path}")
 

@@ -9,10 +9,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from difftune_pipeline.cli.common import CHUNK, app, console, fail, print_json, progress
+from difftune_pipeline.cli.common import CHUNK, USER_ERRORS, app, console, fail, print_json, progress
 
-Iterations = Annotated[int, typer.Option(min=1, help="iterations of the block to simulate")]
-Threads = Annotated[int | None, typer.Option(min=1, help="simulation threads (default: all cores)")]
+Iterations = Annotated[int, typer.Option(min=1, max=2**31 - 1, help="iterations of the block to simulate")]
+Threads = Annotated[int | None, typer.Option(min=1, max=1024, help="simulation threads (default: all cores)")]
 
 
 def _read_inputs(csv: Path | None, hex_: list[str] | None, asm: Path | None):
@@ -114,11 +114,9 @@ def _print_report(report: dict, as_json: bool) -> None:
 
 
 def _run_and_print(mcpu, params, inputs, iterations, threads, as_json) -> None:
-    from difftune_pipeline.engine import InvalidTable
-
     try:
         report = run_table(mcpu, params, inputs(), iterations, threads)
-    except (InvalidTable, ValueError, OSError) as exc:
+    except USER_ERRORS as exc:
         raise fail(exc) from None
     _print_report(report, as_json)
 

@@ -16,7 +16,8 @@ from collections.abc import Callable
 import dagster as dg
 
 HOST_TAG, PID_TAG = "difftune/host", "difftune/pid"
-UNFINISHED = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+# STARTING is left alone: its worker may be up before the run says so.
+UNFINISHED = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 
 
 def run_tags() -> dict[str, str]:
@@ -24,16 +25,22 @@ def run_tags() -> dict[str, str]:
     return {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
 
 
-def _run_pid(instance: dg.DagsterInstance, run: dg.DagsterRun) -> int | None:
-    """The pid of the process executing ``run`` on this host, or None if unknown (or another host's)."""
+def _run_process(instance: dg.DagsterInstance, run: dg.DagsterRun) -> tuple[int, float | None] | None:
+    """(pid, a time by which that process had started; None: the run's creation)
+    of the process executing ``run`` on this host, or None when it is unknown or on
+    another host."""
     if PID_TAG in run.tags:
-        return int(run.tags[PID_TAG]) if run.tags.get(HOST_TAG) == socket.gethostname() else None
+        if run.tags.get(HOST_TAG) != socket.gethostname() or not run.tags[PID_TAG].isdigit():
+            return None
+        return int(run.tags[PID_TAG]), None  # the process that created the run executes it
+    if not isinstance(instance.run_launcher, dg.DefaultRunLauncher):
+        return None  # another launcher's workers run elsewhere (containers, other hosts)
     records = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT, limit=20).records
     for record in records:
         event = record.event_log_entry.dagster_event
         data = event.engine_event_data if event is not None else None
-        if data is not None and "pid" in data.metadata:
-            return int(data.metadata["pid"].value)
+        if data is not None and str(data.metadata.get("pid", dg.MetadataValue.text("")).value).isdigit():
+            return int(data.metadata["pid"].value), record.event_log_entry.timestamp
     return None
 
 
@@ -59,15 +66,18 @@ def _process_alive(pid: int, since: float) -> bool:
         return True  # no /proc: trust the signal check
 
 
-def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
-    """Mark failed the unfinished runs of this host whose process is gone, free
-    their pool slots, and free the slots still held by finished runs. Returns the run ids."""
-    reaped = []
+def reap_dead_runs(instance: dg.DagsterInstance) -> tuple[list[str], list[str]]:
+    """Mark failed the started runs of this host whose process is gone and free
+    their pool slots; free the slots still held by finished runs. Returns (the
+    runs reaped, the finished runs whose slots were freed)."""
+    reaped, freed = [], []
     for record in instance.get_run_records(filters=dg.RunsFilter(statuses=UNFINISHED)):
         run = record.dagster_run
-        pid = _run_pid(instance, run)
-        started = record.start_time or record.create_timestamp.timestamp()
-        if pid is None or pid == os.getpid() or _process_alive(pid, started):
+        process = _run_process(instance, run)
+        if process is None:
+            continue
+        pid, started_by = process
+        if pid == os.getpid() or _process_alive(pid, started_by or record.create_timestamp.timestamp()):
             continue
         instance.report_run_failed(run, message=f"the process of this run (pid {pid}) is gone: it was killed")
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
@@ -77,8 +87,8 @@ def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
         for record in instance.get_run_records(filters=dg.RunsFilter(run_ids=list(holding))):
             if record.dagster_run.is_finished:
                 instance.event_log_storage.free_concurrency_slots_for_run(record.dagster_run.run_id)
-                reaped.append(record.dagster_run.run_id)
-    return reaped
+                freed.append(record.dagster_run.run_id)
+    return reaped, freed
 
 
 def wait_for_pool(
@@ -97,8 +107,8 @@ def wait_for_pool(
             names = []
             for run_id in holders:
                 run = instance.get_run_by_id(run_id)
-                pid = _run_pid(instance, run) if run is not None else None
-                names.append(f"run {run_id[:8]}" + (f" (pid {pid})" if pid else ""))
+                process = _run_process(instance, run) if run is not None else None
+                names.append(f"run {run_id[:8]}" + (f" (pid {process[0]})" if process else ""))
             say(f"waiting for pool {pool}: held by {', '.join(names)} (Ctrl-C stops waiting)")
             said = holders
         time.sleep(poll_seconds)
@@ -107,5 +117,8 @@ def wait_for_pool(
 @dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
 def dead_run_reaper(context: dg.SensorEvaluationContext):
     """Marks failed the runs whose process was killed and frees their pool slots."""
-    reaped = reap_dead_runs(context.instance)
-    return dg.SkipReason(f"reaped {len(reaped)} dead run(s): {', '.join(reaped)}" if reaped else "no dead run")
+    reaped, freed = reap_dead_runs(context.instance)
+    return dg.SkipReason(
+        f"marked failed (process gone): {', '.join(reaped) or 'none'}; slots freed of finished runs: "
+        f"{', '.join(freed) or 'none'}"
+    )

@@ -50,10 +50,6 @@ class ParamTable:
         return text
 
     @classmethod
-    def from_dict(cls, data: object, source: str = "parameter table") -> ParamTable:
-        return cls._from_document(_validated(_Document.model_validate, data, source))
-
-    @classmethod
     def from_json(cls, text_or_path: str | Path) -> ParamTable:
         """A table from JSON text or a JSON file, validated against the document
         schema first: a bad field is refused with its path, never coerced."""
@@ -64,7 +60,7 @@ class ParamTable:
                 text = Path(text_or_path).read_text(encoding="utf-8-sig")
             except UnicodeDecodeError as exc:
                 raise ValueError(f"{source}: not UTF-8 text ({exc.reason})") from None
-        return cls._from_document(_validated(_Document.model_validate_json, text, source))
+        return cls._from_document(_validated(text, source))
 
     @classmethod
     def _from_document(cls, doc: _Document) -> ParamTable:
@@ -147,8 +143,8 @@ def canonical_row(row: dict) -> dict:
 
 
 # ---- the document schema -------------------------------------------------------
-def _int(limit: str | tuple[int, int]) -> type[int]:
-    """An integer within the engine's own range for ``limit``: no bools, strings or floats."""
+def _int(limit: str | tuple[int, int]):
+    """The type of an integer within the engine's own range for ``limit``: no bools, strings or floats."""
     lo, hi = _engine.LIMITS[limit] if isinstance(limit, str) else limit
     return Annotated[int, Field(strict=True, ge=lo, le=hi)]
 
@@ -186,10 +182,10 @@ def _short(value, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _validated(validate, data, source: str) -> _Document:
+def _validated(text: str, source: str) -> _Document:
     """The document, or a ValueError naming the path of each bad field."""
     try:
-        return validate(data)
+        return _Document.model_validate_json(text)
     except ValidationError as exc:
         problems = [
             f"{'.'.join(str(p) for p in e['loc']) or '(document)'}: {e['msg']}"

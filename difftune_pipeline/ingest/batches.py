@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from difftune_pipeline.engine import CPUS, LLVM_VERSION, Engine
+from difftune_pipeline.ingest import sanity
 from difftune_pipeline.ingest.blocks import block_id, canonical_hex, disassemble_rows, hex_problem, split_of
 from difftune_pipeline.warehouse import insert_new, queries, writer
 
@@ -33,6 +34,7 @@ class BatchSummary:
     n_ingested: int
     n_quarantined: int
     already_ingested: bool = False
+    status: str = "ok"  # ok | failed_sanity | dropped
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -132,7 +134,8 @@ def _ingest(
     with writer(db) as con:
         done = queries.stored_batch(con, batch)
         if done:
-            return BatchSummary(batch, kind, str(path), *done, already_ingested=True)
+            *counts, status = done
+            return BatchSummary(batch, kind, str(path), *counts, already_ingested=True, status=status)
         lines = _lines(path)
         what = "cycles" if kind == "measurements" else "frequency"
         most = MAX_CYCLES_PER_100 / scale if kind == "measurements" else math.inf
@@ -151,9 +154,12 @@ def _ingest(
             queries.add_block_sources(con, batch, app, [(block_id(h), v) for _, h, v in kept])
         queries.add_quarantine(con, batch, str(path), bad, now)
         summary = BatchSummary(batch, kind, str(path), len(lines), len(kept), len(bad))
-        queries.record_batch(
-            con, batch, kind, uarch, app, str(path), summary.n_read, summary.n_ingested, summary.n_quarantined, now
-        )
+        problems = []
+        if kind == "measurements":  # judged before it commits: never usable unjudged
+            implausible = queries.implausible_measurements(con, batch, sanity.MAX_IPC)
+            problems = sanity.problems(str(path), len(lines), len(kept), len(bad), implausible)
+        queries.record_batch(con, batch, kind, uarch, app, str(path), len(lines), len(kept), len(bad), now, problems)
+        summary.status = "failed_sanity" if problems else "ok"
         return summary
 
 

@@ -89,8 +89,8 @@ class StepContext:
             self._views["default"] = f"default-{self.uarch}-{table.fingerprint()}", table
         return self._views["default"]
 
-    def score(self, table: ParamTable, split: str) -> tuple[float, float]:
-        """Engine MAPE and Kendall tau of ``table`` on the measured blocks of ``split``."""
+    def score(self, table: ParamTable, split: str) -> tuple[float, float | None]:
+        """Engine MAPE and Kendall tau (None where undefined) of ``table`` on the measured blocks of ``split``."""
         frame, blocks = self.blocks(split)
         result = self.engine.simulate(
             [blocks[b] for b in frame["block_id"]], table, iterations=self.settings.iterations

@@ -24,7 +24,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from difftune_pipeline.warehouse.schema import migrate
+from difftune_pipeline.warehouse.schema import MIGRATIONS, migrate
 
 DEFAULT_PATH = Path("warehouse") / "difftune.duckdb"
 DEFAULT_LOCK_TIMEOUT = 300.0
@@ -93,11 +93,18 @@ def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
 
 
 def connect(path: str | Path = DEFAULT_PATH, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """A connection to the warehouse, its schema brought up to date first (a read
+    of a file written by an older version migrates it once)."""
     path = Path(path)
     if read_only:
         if not path.exists():
             raise FileNotFoundError(f"no warehouse at {path}: materialise the pipeline first (make run)")
-        return _open(path, read_only=True)
+        con = _open(path, read_only=True)
+        if _version(con) < len(MIGRATIONS):
+            con.close()
+            connect(path).close()
+            con = _open(path, read_only=True)
+        return con
     path.parent.mkdir(parents=True, exist_ok=True)
     con = _open(path, read_only=False)
     try:
@@ -106,6 +113,13 @@ def connect(path: str | Path = DEFAULT_PATH, *, read_only: bool = False) -> duck
         con.close()
         raise
     return con
+
+
+def _version(con: duckdb.DuckDBPyConnection) -> int:
+    try:
+        return scalar(con, "SELECT max(version) FROM schema_version") or 0
+    except duckdb.CatalogException:
+        return 0
 
 
 @contextlib.contextmanager
@@ -133,20 +147,32 @@ def query(sql: str, path: str | Path = DEFAULT_PATH, params: list | None = None)
         con.close()
 
 
-READABLE_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+EXPLAIN = re.compile(r"^\s*explain\s+(analy[sz]e\s+)?", re.IGNORECASE)
 
 
-def user_query(sql: str, path: str | Path = DEFAULT_PATH) -> pl.DataFrame:
-    """A user's query: exactly one SELECT (DESCRIBE, SHOW, SUMMARIZE and EXPLAIN
-    included) on the read-only connection; anything else is refused before it runs."""
+def _one_statement(sql: str) -> duckdb.StatementType:
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
         raise ValueError(str(exc)) from None
     if len(statements) != 1:
         raise ValueError(f"give exactly one SQL statement, got {len(statements)}")
-    kind = statements[0].type
-    if kind not in READABLE_STATEMENTS:
+    return statements[0].type
+
+
+def user_query(sql: str, path: str | Path = DEFAULT_PATH) -> pl.DataFrame:
+    """A user's query: exactly one SELECT (DESCRIBE, SHOW and SUMMARIZE are
+    SELECTs to DuckDB), or EXPLAIN of one, on the read-only connection; anything
+    else is refused before it runs (EXPLAIN ANALYZE runs its statement: refused)."""
+    kind = _one_statement(sql)
+    if kind == duckdb.StatementType.EXPLAIN:
+        found = EXPLAIN.match(sql)
+        if found is None:
+            raise ValueError("start the statement with EXPLAIN (no comment before it)")
+        if found.group(1):
+            raise PermissionError("only a plain EXPLAIN of a query runs here, not EXPLAIN ANALYZE (it runs the query)")
+        kind = _one_statement(sql[found.end() :])
+    if kind != duckdb.StatementType.SELECT:
         raise PermissionError(
             f"the warehouse is read-only here: only queries (SELECT, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN) "
             f"run, not {kind.name}"

@@ -76,21 +76,23 @@ def batch_exists(db: Db, batch_id: str) -> bool:
     return not query("SELECT 1 FROM batches WHERE batch_id = ?", db, [batch_id]).is_empty()
 
 
-def batch_sanity(db: Db, batch_ids: list[str], max_ipc: float) -> pl.DataFrame:
-    """Per batch: rows read, ingested, quarantined, and measurements above ``max_ipc``
-    instructions per cycle."""
+def batch_statuses(db: Db, batch_ids: list[str]) -> pl.DataFrame:
+    """Per batch: its status (and why), rows read, ingested and quarantined."""
     return query(
-        """
-        SELECT b.batch_id, b.source_file, b.status, b.n_read, b.n_ingested, b.n_quarantined,
-               count(m.block_id) FILTER (WHERE 100.0 * bl.n_insts / m.cycles_per_100 > ?) AS n_implausible
-        FROM batches b
-        LEFT JOIN measurements m USING (batch_id)
-        LEFT JOIN blocks bl ON bl.block_id = m.block_id
-        WHERE b.batch_id IN (SELECT unnest(?))
-        GROUP BY ALL ORDER BY b.batch_id
-        """,
+        "SELECT batch_id, source_file, status, status_reason, n_read, n_ingested, n_quarantined "
+        "FROM batches WHERE batch_id IN (SELECT unnest(?)) ORDER BY batch_id",
         db,
-        [max_ipc, batch_ids],
+        [batch_ids],
+    )
+
+
+def implausible_measurements(con: duckdb.DuckDBPyConnection, batch_id: str, max_ipc: float) -> int:
+    """How many measurements of a batch are above ``max_ipc`` instructions per cycle."""
+    return scalar(
+        con,
+        "SELECT count(*) FROM measurements m JOIN blocks b USING (block_id) "
+        "WHERE m.batch_id = ? AND 100.0 * b.n_insts / m.cycles_per_100 > ?",
+        [batch_id, max_ipc],
     )
 
 
@@ -109,10 +111,10 @@ def known_blocks(con: duckdb.DuckDBPyConnection, hexes: list[str]) -> dict[str, 
     return dict(con.execute("SELECT hex, reason FROM blocks WHERE hex IN (SELECT unnest(?))", [hexes]).fetchall())
 
 
-def stored_batch(con: duckdb.DuckDBPyConnection, batch_id: str) -> tuple[int, int, int] | None:
-    """(rows read, ingested, quarantined) of a batch already ingested, or None."""
+def stored_batch(con: duckdb.DuckDBPyConnection, batch_id: str) -> tuple[int, int, int, str] | None:
+    """(rows read, ingested, quarantined, status) of a batch already ingested, or None."""
     rows = con.execute(
-        "SELECT n_read, n_ingested, n_quarantined FROM batches WHERE batch_id = ?", [batch_id]
+        "SELECT n_read, n_ingested, n_quarantined, status FROM batches WHERE batch_id = ?", [batch_id]
     ).fetchall()
     return rows[0] if rows else None
 
@@ -128,13 +130,18 @@ def record_batch(
     n_ingested: int,
     n_quarantined: int,
     at: datetime,
+    problems: list[str],
 ) -> None:
+    """A batch with its sanity verdict: ``failed_sanity`` (and why) when there are ``problems``."""
     scalar(
         con,
         "INSERT INTO batches (batch_id, kind, uarch, app, source_file, n_read, n_ingested, n_quarantined, "
-        "ingested_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [batch_id, kind, uarch, app, source_file, n_read, n_ingested, n_quarantined, at],
-    )
+        "ingested_at, status, status_reason, status_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            batch_id, kind, uarch, app, source_file, n_read, n_ingested, n_quarantined, at,
+            "failed_sanity" if problems else "ok", "; ".join(problems) or None, at,
+        ],
+    )  # fmt: skip
 
 
 def batches(db: Db) -> pl.DataFrame:
@@ -151,34 +158,27 @@ def batches(db: Db) -> pl.DataFrame:
     )
 
 
-def set_batch_status(con: duckdb.DuckDBPyConnection, batch_ids: list[str], status: str, reason: str | None) -> None:
-    """Record the sanity verdict of batches (never un-drops one)."""
-    scalar(
-        con,
-        "UPDATE batches SET status = ?, status_reason = ?, status_at = ? "
-        "WHERE batch_id IN (SELECT unnest(?)) AND status != 'dropped'",
-        [status, reason, now(), batch_ids],
-    )
-
-
 def drop_batch(con: duckdb.DuckDBPyConnection, batch_id: str, reason: str) -> dict:
-    """Withdraw a batch: its measurements (or block sources) are deleted, its
-    row stays with status 'dropped' (so its bytes are never ingested again) and
-    its quarantined lines stay. Blocks stay: other batches may share them."""
+    """Withdraw a measurement batch: its measurements are deleted (each batch has
+    its own rows), its row stays with status 'dropped' (so its bytes are never
+    ingested again) and its quarantined lines stay. Blocks stay: other batches may
+    share them. Corpus batches are not withdrawn: a later file of the same
+    application may have supplied the same rows, which carry the first batch's id."""
     found = con.execute("SELECT kind, status FROM batches WHERE batch_id = ?", [batch_id]).fetchall()
     if not found:
         raise KeyError(f"no batch {batch_id!r} in the warehouse (see `difftune batches list`)")
     kind, status = found[0]
+    if kind != "measurements":
+        raise ValueError(f"batch {batch_id} is a {kind} batch: only measurement batches can be dropped")
     if status == "dropped":
-        return {"batch_id": batch_id, "kind": kind, "rows_removed": 0, "already_dropped": True}
-    table = "measurements" if kind == "measurements" else "block_sources"
-    removed = scalar(con, f"DELETE FROM {table} WHERE batch_id = ?", [batch_id])
+        return {"batch_id": batch_id, "rows_removed": 0, "already_dropped": True}
+    removed = scalar(con, "DELETE FROM measurements WHERE batch_id = ?", [batch_id])
     scalar(
         con,
         "UPDATE batches SET status = 'dropped', status_reason = ?, status_at = ? WHERE batch_id = ?",
         [reason, now(), batch_id],
     )
-    return {"batch_id": batch_id, "kind": kind, "rows_removed": removed, "already_dropped": False}
+    return {"batch_id": batch_id, "rows_removed": removed, "already_dropped": False}
 
 
 def add_measurements(
@@ -280,6 +280,15 @@ def save_table(
             ["table_id", "opcode", "param", "idx"],
         )
     return True
+
+
+def stored_values(con: duckdb.DuckDBPyConnection, table_id: str) -> pl.DataFrame | None:
+    """(opcode, param, idx, value) of a stored table, sorted; None when the id is not stored."""
+    if not scalar(con, "SELECT count(*) FROM param_tables WHERE table_id = ?", [table_id]):
+        return None
+    return con.sql(
+        "SELECT opcode, param, idx, value FROM param_values WHERE table_id = ? ORDER BY ALL", params=[table_id]
+    ).pl()
 
 
 def load_table(db: Db, table_id: str) -> ParamTable:
