@@ -1,6 +1,7 @@
 """The difftune command: simulate, evaluate, sql, params export|import|diff, report, ui."""
 
 import json
+import os
 
 import pytest
 from typer.testing import CliRunner
@@ -32,7 +33,7 @@ def test_simulate_csv_reports_metrics_and_bad_rows(tmp_path):
     assert out["n"] == 5 and out["failed"] == 2
     assert 0 <= out["mape"] and -1 <= out["kendall_tau"] <= 1
     statuses = [r["status"] for r in out["results"]]
-    assert "non-hex" in statuses[2] and "not a positive number" in statuses[3]
+    assert "non-hex" in statuses[2] and "is not a number" in statuses[3]
 
 
 def test_simulate_asm_file_and_params_round_trip(tmp_path):
@@ -320,3 +321,87 @@ def test_a_parameter_file_with_a_byte_order_mark_loads(tmp_path):
     path = tmp_path / "bom.json"
     path.write_text("\ufeff" + json.dumps(_document()), encoding="utf-8")
     assert _json(["simulate", "--hex", "4801d8", "--params", str(path), "--json"])["failed"] == 0
+
+
+def test_sql_shows_any_value_as_data(stocked):
+    shown = runner.invoke(app, ["sql", "select '[/x]' as a, '[bold]hi' as \"[/b]\""])
+    assert shown.exit_code == 0 and "[/x]" in shown.stdout and "[bold]hi" in shown.stdout and "[/b]" in shown.stdout
+    nested = runner.invoke(app, ["sql", "select [1, 2] as l, {'k': 'v'} as s, null as n, opcodes from blocks", "--csv"])
+    assert nested.exit_code == 0 and nested.stdout.splitlines() == [
+        "l,s,n,opcodes",
+        '"[1, 2]","{""k"": ""v""}",,"[""ADD64rr""]"',
+    ]
+    odd = _strict_json(
+        runner.invoke(
+            app,
+            ["sql", "select interval 3 day as i, 'ab'::blob as b, sum(9223372036854775807::bigint) + 1 as big, "
+             "12.345::decimal(38, 9) as d, union_value(k := 1) as u", "--json"],
+        ).stdout
+    )  # fmt: skip
+    assert odd == [{"i": "3 days, 0:00:00", "b": "6162", "big": 9223372036854775808, "d": 12.345, "u": 1}]
+
+
+def test_sql_stops_a_query_at_its_timeout(stocked):
+    result = runner.invoke(app, ["sql", "select count(*) from range(100000000000)", "--timeout", "0.5"])
+    assert result.exit_code == 2 and "longer than 0.5 s" in result.stderr
+
+
+def test_a_duckdb_file_of_something_else_is_never_touched(cli_env):
+    import duckdb
+
+    foreign = cli_env / "foreign.duckdb"
+    con = duckdb.connect(str(foreign))
+    con.execute("CREATE TABLE mine (x INT)")
+    con.close()
+    before = foreign.read_bytes()
+    for args in (["sql", "show tables"], ["batches", "list"], ["batches", "drop", "x"]):
+        result = runner.invoke(app, [*args, "--warehouse", str(foreign)])
+        assert result.exit_code == 2 and "no schema_version" in result.stderr, result.output
+    assert foreign.read_bytes() == before
+
+
+def test_a_long_error_is_cut_and_not_quoted(stocked):
+    result = runner.invoke(app, ["sql", "select * from " + "a" * 60_000])
+    assert result.exit_code == 2 and "more characters)" in result.stderr and len(result.stderr) < 3000
+    missing = runner.invoke(app, ["batches", "drop", "nosuch"])
+    assert missing.stderr.startswith("error: no batch 'nosuch'")
+
+
+@pytest.mark.parametrize(
+    "change, refusal",
+    [
+        ({"latency": []}, "latency has 0 entries; the instruction writes 1"),
+        ({"latency": [3] * 50}, "latency has 50 entries"),
+        ({"read_advance": [[0, 0, 1], [0, 0, 5]]}, "read_advance lists use 0 of write 0 twice"),
+    ],
+)
+def test_rows_of_the_wrong_shape_for_the_instruction_are_refused(tmp_path, change, refusal):
+    path = tmp_path / "p.json"
+    doc = _document()
+    doc["opcodes"]["IMUL64rr"].update(change)
+    path.write_text(json.dumps(doc))
+    result = runner.invoke(app, ["simulate", "--hex", "480fafc0", "--params", str(path)])
+    assert result.exit_code == 2 and refusal in result.stderr, result.output
+
+
+def test_parameter_files_with_duplicate_keys_or_odd_names(cli_env, tmp_path):
+    dup = tmp_path / "dup.json"
+    dup.write_text(json.dumps(_document()).replace('"uops": 1', '"uops": 1, "uops": 9'))
+    result = runner.invoke(app, ["params", "import", str(dup)])
+    assert result.exit_code == 2 and "duplicate key 'uops'" in result.stderr
+    braces = tmp_path / "{brace}.json"
+    braces.write_text(json.dumps(_document()))
+    assert runner.invoke(app, ["params", "diff", str(braces), "--csv"]).exit_code == 0
+    odd = tmp_path / os.fsdecode(b"\xff.json")
+    odd.write_text(json.dumps(_document()))
+    stored = runner.invoke(app, ["params", "import", str(odd), "--id", "odd"])
+    assert stored.exit_code == 0, stored.output
+    other_cpu = _document(mcpu="broadwell")
+    other_cpu["opcodes"] = {}
+    same_values = _document()
+    same_values["opcodes"] = {}
+    (tmp_path / "h.json").write_text(json.dumps(same_values))
+    (tmp_path / "b.json").write_text(json.dumps(other_cpu))
+    assert runner.invoke(app, ["params", "import", str(tmp_path / "h.json"), "--id", "E"]).exit_code == 0
+    clash = runner.invoke(app, ["params", "import", str(tmp_path / "b.json"), "--id", "E"])
+    assert clash.exit_code == 2 and "already holds a different table" in clash.stderr

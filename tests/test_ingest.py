@@ -21,6 +21,9 @@ BAD_LINES = {
     "4801c8,nan": "is not finite",
     "4801c0,1e300": "not a basic block's throughput",
     "4801c9,1e9": "not a basic block's throughput",
+    "4801c1,1e-300": "not a basic block's throughput",
+    "4801c2,1_000": "is not a number",
+    "4801c3,\u0661\u0660\u0660": "is not a number",
     "0fff,100": "undecodable",
 }
 
@@ -123,6 +126,15 @@ def test_a_byte_order_mark_is_not_data_and_unknown_cpus_are_refused(haswell, war
     assert (summary.n_read, summary.n_ingested, summary.n_quarantined) == (2, 2, 0)
     with pytest.raises(ValueError, match="'foobar': not a CPU LLVM"):
         ingest.ingest_measurements(path, "foobar", warehouse, haswell)
+
+
+def test_only_a_newline_ends_a_line(haswell, warehouse, tmp_path):
+    path = tmp_path / "cr.csv"
+    path.write_bytes(b"4801d8,100\r\n4883c0014839d875f7,2\r50\n4829d8,80\n")
+    summary = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+    assert (summary.n_read, summary.n_ingested, summary.n_quarantined) == (3, 2, 1)
+    assert store.query("SELECT line_no FROM quarantine", warehouse).item() == 2
+    assert sorted(store.query("SELECT line_no FROM measurements", warehouse)["line_no"]) == [1, 3]
 
 
 def test_queries_cannot_write(haswell, warehouse, tmp_path):

@@ -75,4 +75,4 @@ def batches_drop(
         console.print(f"batch {escape(batch_id)} was already dropped: nothing changed")
         return
     console.print(f"dropped batch {escape(batch_id)}: {result['rows_removed']} measurements withdrawn")
-    err_console.print(_request_retune(batch_id))
+    err_console.print(escape(_request_retune(batch_id)))

@@ -25,10 +25,11 @@ params_app = typer.Typer(help="Parameter tables.", no_args_is_help=True)
 app.add_typer(params_app, name="params")
 batches_app = typer.Typer(help="Measurement and corpus batches in the warehouse.", no_args_is_help=True)
 app.add_typer(batches_app, name="batches")
-console = Console()  # results: stdout
-err_console = Console(
-    stderr=True, soft_wrap=True
-)  # errors, waits and progress never mix with --json/--csv output on stdout
+# No highlighting: it is slow on long words, and results are data, not markup.
+console = Console(highlight=False)  # results: stdout
+# errors, waits and progress: stderr, never mixed with --json/--csv output
+err_console = Console(stderr=True, soft_wrap=True, highlight=False)
+MAX_ERROR_CHARS = 2000
 CHUNK = 256
 
 
@@ -48,26 +49,44 @@ USER_ERRORS = (ValueError, KeyError, OSError, duckdb.Error)
 
 
 def fail(exc: Exception) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+    """One line on stderr, exit status 2."""
+    message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    if len(message) > MAX_ERROR_CHARS:
+        message = message[:MAX_ERROR_CHARS] + f"... ({len(message) - MAX_ERROR_CHARS} more characters)"
+    err_console.print(f"[red]error:[/red] {escape(message)}")
     return typer.Exit(2)
 
 
-def _finite(value: Any) -> Any:
-    """JSON has no NaN or infinity: an undefined number is null (decimals are numbers)."""
+def _jsonable(value: Any) -> Any:
+    """JSON has no NaN or infinity: an undefined number is null. Decimals are
+    numbers (integers exact), bytes hex, maps objects, dates and the rest text."""
     if isinstance(value, Decimal):
-        value = float(value)
+        value = int(value) if value.is_finite() and value == value.to_integral_value() else float(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    return str(value)
 
 
 def print_json(value: Any) -> None:
-    """Valid JSON on stdout: undefined numbers (NaN, infinities) become null, dates strings."""
-    print(json.dumps(_finite(value), indent=1, allow_nan=False, default=str))
+    """Valid JSON on stdout (see ``_jsonable``)."""
+    print(json.dumps(_jsonable(value), indent=1, allow_nan=False, ensure_ascii=False))
+
+
+def plain(value: Any) -> str:
+    """A value as one text cell (CSV, tables): nested values as JSON, null as empty."""
+    if value is None:
+        return ""
+    if isinstance(value, dict | list | tuple | bytes | bytearray | memoryview):
+        return json.dumps(_jsonable(value), allow_nan=False)
+    return str(value)
 
 
 def progress() -> Progress:

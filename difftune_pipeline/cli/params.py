@@ -31,6 +31,11 @@ def _load_table(ref: str, mcpu: str, warehouse: Path):
     return ref, queries.load_table(warehouse, ref)
 
 
+def _text(path: Path) -> str:
+    """A path as UTF-8 text even when its name is not (undecodable bytes escaped)."""
+    return str(path).encode("utf-8", "backslashreplace").decode()
+
+
 TableRef = Annotated[
     str,
     typer.Argument(
@@ -58,7 +63,9 @@ def params_export(
         t.to_json(out)
     except USER_ERRORS as exc:
         raise fail(exc) from None
-    console.print(f"wrote {escape(name)}: {len(t.rows)} opcodes of -mcpu={t.mcpu} (LLVM {t.llvm_version}) to {out}")
+    console.print(
+        f"wrote {escape(name)}: {len(t.rows)} opcodes of -mcpu={t.mcpu} (LLVM {t.llvm_version}) to {escape(str(out))}"
+    )
 
 
 @params_app.command("import")
@@ -77,10 +84,11 @@ def params_import(
         Engine(table.mcpu).compile(table)
         table_id = table_id or f"imported-{table.mcpu}-{table.fingerprint()}"
         with writer(warehouse) as con:  # compared and stored in one transaction
-            stored = queries.stored_values(con, table_id)
-            if stored is not None and not stored.equals(table.to_frame().sort(stored.columns)):
+            stored = queries.stored_table(con, table_id)
+            mine = (table.mcpu, table.llvm_version, table.to_frame().sort(["opcode", "param", "idx"]))
+            if stored is not None and (stored[:2] != mine[:2] or not stored[2].equals(mine[2])):
                 raise ValueError(f"table id {table_id!r} already holds a different table: choose another --id")
-            new = queries.save_table(con, table_id, table, kind="imported", note=note or f"imported from {file}")
+            new = queries.save_table(con, table_id, table, kind="imported", note=note or f"imported from {_text(file)}")
     except USER_ERRORS as exc:
         raise fail(exc) from None
     console.print(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -9,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from difftune_pipeline.cli.common import (
     USER_ERRORS,
@@ -17,6 +19,7 @@ from difftune_pipeline.cli.common import (
     console,
     err_console,
     fail,
+    plain,
     print_json,
     progress,
 )
@@ -30,23 +33,30 @@ def sql(
     warehouse: WarehouseOpt = DEFAULT_PATH,
     as_csv: Annotated[bool, typer.Option("--csv")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    timeout: Annotated[
+        float, typer.Option(min=0.001, help="seconds before the query is stopped (writers wait while it runs)")
+    ] = 300.0,
 ) -> None:
     """Query the warehouse: one statement that only reads (a query, DESCRIBE, SHOW,
     SUMMARIZE, EXPLAIN). Nothing outside the warehouse is reachable and nothing can be written."""
     try:
-        frame = user_query(query, warehouse)
+        columns, rows = user_query(query, warehouse, timeout)
     except USER_ERRORS as exc:
         raise fail(exc) from None
+    except KeyboardInterrupt:
+        raise fail(InterruptedError("interrupted")) from None
     if as_csv:
-        sys.stdout.write(frame.write_csv())
+        out = csv.writer(sys.stdout, lineterminator="\n")
+        out.writerow(columns)
+        out.writerows([plain(v) for v in row] for row in rows)
     elif as_json:
-        print_json(frame.to_dicts())
+        print_json([dict(zip(columns, row)) for row in rows])
     else:
         table = Table()
-        for col in frame.columns:
-            table.add_column(col)
-        for row in frame.iter_rows():
-            table.add_row(*("" if v is None else str(v) for v in row))
+        for col in columns:
+            table.add_column(Text(col))
+        for row in rows:
+            table.add_row(*(Text(plain(v)) for v in row))
         console.print(table)
 
 
@@ -128,7 +138,7 @@ def report(
         path = report_.build(warehouse, out)
     except USER_ERRORS as exc:
         raise fail(exc) from None
-    console.print(f"wrote {path}")
+    console.print(f"wrote {escape(str(path))}")
 
 
 @app.command()

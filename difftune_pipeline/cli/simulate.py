@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from difftune_pipeline.cli.common import CHUNK, USER_ERRORS, app, console, fail, print_json, progress
+from difftune_pipeline.ingest.batches import THROUGHPUT_BOUNDS, parse_number
+from difftune_pipeline.ingest.blocks import canonical_hex, hex_problem
 
 Iterations = Annotated[int, typer.Option(min=1, max=2**31 - 1, help="iterations of the block to simulate")]
 Threads = Annotated[int | None, typer.Option(min=1, max=1024, help="simulation threads (default: all cores)")]
@@ -19,25 +21,24 @@ def _read_inputs(csv: Path | None, hex_: list[str] | None, asm: Path | None):
     """(label, hex or None, asm text or None, measured or None, problem or None) per input."""
     items = []
     if csv is not None:
-        for line_no, line in enumerate(csv.read_text(encoding="utf-8-sig", errors="replace").splitlines(), start=1):
+        text = csv.read_text(encoding="utf-8-sig", errors="replace")
+        for line_no, line in enumerate(text.split("\n"), start=1):  # only \n ends a line, as in ingestion
+            line = line.removesuffix("\r")
             if not line.strip():
                 continue
             fields = line.split(",")
-            measured, problem = None, None
+            measured, problem = None, hex_problem(canonical_hex(fields[0]))
             if len(fields) > 2:
-                problem = f"line {line_no}: expected 'hex[,cycles per 100 iterations]'"
-            elif len(fields) == 2:
-                try:
-                    measured = float(fields[1])
-                    if not math.isfinite(measured) or measured <= 0:
-                        raise ValueError
-                except ValueError:
-                    problem = f"line {line_no}: measured throughput {fields[1]!r} is not a positive number"
-            items.append((fields[0].strip(), fields[0].strip(), None, measured, problem))
+                problem = "expected 'hex[,cycles per 100 iterations]'"
+            elif len(fields) == 2 and problem is None:
+                measured, problem = parse_number(fields[1].strip(), "measured throughput", bounds=THROUGHPUT_BOUNDS)
+            items.append(
+                (fields[0].strip(), fields[0].strip(), None, measured, problem and f"line {line_no}: {problem}")
+            )
         if not items:
             raise ValueError(f"{csv} has no blocks (expected lines 'hex[,cycles per 100 iterations]')")
     for h in hex_ or []:
-        items.append((h, h, None, None, None))
+        items.append((h, h, None, None, hex_problem(canonical_hex(h))))
     if asm is not None:
         items.append((str(asm), None, asm.read_text(encoding="utf-8-sig", errors="replace"), None, None))
     if not items:
@@ -99,10 +100,10 @@ def _print_report(report: dict, as_json: bool) -> None:
         table.add_column(col, overflow="fold")
     for r in report["results"]:
         table.add_row(
-            r["input"][:40],
+            Text(r["input"][:40]),
             str(r["cycles"] if r["cycles"] is not None else "-"),
             f"{r['measured']:g}" if r["measured"] is not None else "-",
-            r["status"],
+            Text(r["status"]),
         )
     console.print(table)
     summary = f"n={report['n']} failed={report['failed']}"

@@ -50,16 +50,14 @@ class ParamTable:
         return text
 
     @classmethod
-    def from_json(cls, text_or_path: str | Path) -> ParamTable:
-        """A table from JSON text or a JSON file, validated against the document
-        schema first: a bad field is refused with its path, never coerced."""
-        text, source = str(text_or_path), "parameter table"
-        if not text.lstrip().startswith("{"):
-            source = f"parameter file {text_or_path}"
-            try:
-                text = Path(text_or_path).read_text(encoding="utf-8-sig")
-            except UnicodeDecodeError as exc:
-                raise ValueError(f"{source}: not UTF-8 text ({exc.reason})") from None
+    def from_json(cls, path: str | Path) -> ParamTable:
+        """A table from a JSON file, validated against the document schema first:
+        a bad field is refused with its path, never coerced."""
+        source = f"parameter file {path}"
+        try:
+            text = Path(path).read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{source}: not UTF-8 text ({exc.reason})") from None
         return cls._from_document(_validated(text, source))
 
     @classmethod
@@ -182,8 +180,23 @@ def _short(value, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
+    return dict(pairs)
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
 def _validated(text: str, source: str) -> _Document:
-    """The document, or a ValueError naming the path of each bad field."""
+    """The document, or a ValueError naming the path of each bad field (or why it is not JSON)."""
+    try:  # pydantic's own parser lets a duplicate key's last value win: refuse it first
+        json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{source} is not valid JSON: {str(exc)[:200]}") from None
     try:
         return _Document.model_validate_json(text)
     except ValidationError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -21,8 +22,12 @@ from difftune_pipeline.ingest.blocks import block_id, canonical_hex, disassemble
 from difftune_pipeline.warehouse import insert_new, queries, writer
 
 UNITS = {"cycles_per_100": 1.0, "cycles_per_iteration": 100.0}
-# A million cycles per iteration: ~800x the slowest BHive block (127,761 per 100 on Haswell).
-MAX_CYCLES_PER_100 = 1e8
+# A measured throughput is within these bounds (cycles per 100 iterations): a million
+# cycles per iteration is ~800x the slowest BHive block (127,761 per 100 on Haswell);
+# one cycle per 100 iterations is ~20x faster than the fastest one-instruction block.
+THROUGHPUT_BOUNDS = (1.0, 1e8)
+# A plain decimal number in ASCII (float() would also take "1_000" and other scripts' digits).
+NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 
 
 @dataclass
@@ -50,25 +55,30 @@ def file_batch_id(path: Path, scope: str) -> str:
 
 
 def _lines(path: Path) -> list[tuple[int, str]]:
-    with open(path, encoding="utf-8-sig", errors="replace") as fh:  # a byte-order mark is not data
+    """Numbered non-blank lines; only \\n ends a line (a stray \\r is data), a byte-order mark is not data."""
+    with open(path, encoding="utf-8-sig", errors="replace", newline="\n") as fh:
         return [(i, line.rstrip("\r\n")) for i, line in enumerate(fh, start=1) if line.strip()]
 
 
-def _parse_value(text: str, what: str, zero_ok: bool, most: float) -> tuple[float | None, str | None]:
-    try:
-        value = float(text)
-    except ValueError:
-        return None, f"{what} {text!r} is not a number"
+def parse_number(
+    text: str, what: str, zero_ok: bool = False, bounds: tuple[float, float] = (0.0, math.inf)
+) -> tuple[float | None, str | None]:
+    """(value, None), or (None, why ``text`` is not a number of ``what`` within ``bounds``)."""
+    if NUMBER.fullmatch(text) is None:
+        special = text.strip().lower().lstrip("+-") in ("nan", "inf", "infinity")
+        return None, f"{what} {text!r} is {'not finite' if special else 'not a number'}"
+    value = float(text)
     if not math.isfinite(value):
         return None, f"{what} {text!r} is not finite"
     if value < 0 or (value == 0 and not zero_ok):
         return None, f"{what} must be {'non-negative' if zero_ok else 'positive'}, got {text!r}"
-    if value > most:
-        return None, f"{what} {text!r} is above {most:g}: not a basic block's throughput"
+    least, most = bounds
+    if value > most or 0 < value < least:
+        return None, f"{what} {text!r} is outside {least:g}..{most:g}: not a basic block's throughput"
     return value, None
 
 
-def _split_rows(lines, what: str, zero_ok: bool, repeats_ok: bool, most: float = math.inf):
+def _split_rows(lines, what: str, zero_ok: bool, repeats_ok: bool, bounds: tuple[float, float] = (0.0, math.inf)):
     """(line_no, raw, hex, value) of well-formed rows, and (line_no, raw, reason) of
     the rest. ``repeats_ok``: a block listed again is a repeated measurement (kept;
     the tuning uses the mean), not a duplicate."""
@@ -83,7 +93,7 @@ def _split_rows(lines, what: str, zero_ok: bool, repeats_ok: bool, most: float =
         if problem:
             bad.append((line_no, raw, problem))
             continue
-        value, problem = _parse_value(fields[1].strip(), what, zero_ok, most)
+        value, problem = parse_number(fields[1].strip(), what, zero_ok, bounds)
         if problem:
             bad.append((line_no, raw, problem))
             continue
@@ -138,8 +148,8 @@ def _ingest(
             return BatchSummary(batch, kind, str(path), *counts, already_ingested=True, status=status)
         lines = _lines(path)
         what = "cycles" if kind == "measurements" else "frequency"
-        most = MAX_CYCLES_PER_100 / scale if kind == "measurements" else math.inf
-        good, bad = _split_rows(lines, what, zero_ok=kind == "corpus", repeats_ok=kind == "measurements", most=most)
+        bounds = tuple(b / scale for b in THROUGHPUT_BOUNDS) if kind == "measurements" else (0.0, math.inf)
+        good, bad = _split_rows(lines, what, zero_ok=kind == "corpus", repeats_ok=kind == "measurements", bounds=bounds)
         reasons = _ingest_blocks(con, engine, [h for _, _, h, _ in good])
         kept = []
         for line_no, raw, hex_, value in good:

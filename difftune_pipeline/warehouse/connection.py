@@ -17,6 +17,7 @@ import logging
 import os
 import random
 import re
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,7 +101,11 @@ def connect(path: str | Path = DEFAULT_PATH, *, read_only: bool = False) -> duck
         if not path.exists():
             raise FileNotFoundError(f"no warehouse at {path}: materialise the pipeline first (make run)")
         con = _open(path, read_only=True)
-        if _version(con) < len(MIGRATIONS):
+        version = _version(con)
+        if version == 0:
+            con.close()
+            raise ValueError(f"{path} is not a warehouse of this pipeline (it has no schema_version)")
+        if version < len(MIGRATIONS):  # written by an older version: migrate it once
             con.close()
             connect(path).close()
             con = _open(path, read_only=True)
@@ -108,6 +113,8 @@ def connect(path: str | Path = DEFAULT_PATH, *, read_only: bool = False) -> duck
     path.parent.mkdir(parents=True, exist_ok=True)
     con = _open(path, read_only=False)
     try:
+        if _version(con) == 0 and scalar(con, "SELECT count(*) FROM duckdb_tables()"):
+            raise ValueError(f"{path} is a DuckDB file of something else (it has no schema_version): not touched")
         migrate(con)
     except BaseException:
         con.close()
@@ -160,10 +167,15 @@ def _one_statement(sql: str) -> duckdb.StatementType:
     return statements[0].type
 
 
-def user_query(sql: str, path: str | Path = DEFAULT_PATH) -> pl.DataFrame:
+def user_query(
+    sql: str, path: str | Path = DEFAULT_PATH, timeout: float | None = None
+) -> tuple[list[str], list[tuple]]:
     """A user's query: exactly one SELECT (DESCRIBE, SHOW and SUMMARIZE are
     SELECTs to DuckDB), or EXPLAIN of one, on the read-only connection; anything
-    else is refused before it runs (EXPLAIN ANALYZE runs its statement: refused)."""
+    else is refused before it runs (EXPLAIN ANALYZE runs its statement: refused).
+    Returns the column names and the rows as Python values (any DuckDB type), and
+    interrupts the query after ``timeout`` seconds: a reader holds the file, so
+    writers wait while it runs."""
     kind = _one_statement(sql)
     if kind == duckdb.StatementType.EXPLAIN:
         found = EXPLAIN.match(sql)
@@ -177,7 +189,21 @@ def user_query(sql: str, path: str | Path = DEFAULT_PATH) -> pl.DataFrame:
             f"the warehouse is read-only here: only queries (SELECT, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN) "
             f"run, not {kind.name}"
         )
-    return query(sql, path)
+    con = connect(path, read_only=True)
+    timer = threading.Timer(timeout, con.interrupt) if timeout else None
+    try:
+        if timer is not None:
+            timer.start()
+        result = con.sql(sql)
+        if result is None:
+            return [], []
+        return list(result.columns), result.fetchall()
+    except duckdb.InterruptException:
+        raise TimeoutError(f"the query ran longer than {timeout:g} s (--timeout) and was stopped") from None
+    finally:
+        if timer is not None:
+            timer.cancel()
+        con.close()
 
 
 def scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None):

@@ -282,13 +282,15 @@ def save_table(
     return True
 
 
-def stored_values(con: duckdb.DuckDBPyConnection, table_id: str) -> pl.DataFrame | None:
-    """(opcode, param, idx, value) of a stored table, sorted; None when the id is not stored."""
-    if not scalar(con, "SELECT count(*) FROM param_tables WHERE table_id = ?", [table_id]):
+def stored_table(con: duckdb.DuckDBPyConnection, table_id: str) -> tuple[str, str, pl.DataFrame] | None:
+    """(mcpu, LLVM version, values sorted by opcode, param, idx) of a stored table; None when the id is not stored."""
+    meta = con.execute("SELECT mcpu, llvm_version FROM param_tables WHERE table_id = ?", [table_id]).fetchall()
+    if not meta:
         return None
-    return con.sql(
+    values = con.sql(
         "SELECT opcode, param, idx, value FROM param_values WHERE table_id = ? ORDER BY ALL", params=[table_id]
     ).pl()
+    return *meta[0], values
 
 
 def load_table(db: Db, table_id: str) -> ParamTable:

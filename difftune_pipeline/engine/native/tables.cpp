@@ -102,7 +102,12 @@ PortUses validateRow(const EngineImpl &E, const std::string &Where, const Row &R
   for (size_t I = 0; I < R.latency.size(); ++I)
     checkRange(Where, "latency[" + std::to_string(I) + "]", R.latency[I], Limits::kLatencyMin,
                Limits::kLatencyMax);
-  for (const ReadAdvance &A : R.read_advance) {
+  for (size_t I = 0; I < R.read_advance.size(); ++I) {
+    const ReadAdvance &A = R.read_advance[I];
+    for (size_t J = 0; J < I; ++J)
+      if (R.read_advance[J].use == A.use && R.read_advance[J].write_id == A.write_id)
+        invalid(Where, "read_advance lists use " + std::to_string(A.use) + " of write " +
+                           std::to_string(A.write_id) + " twice");
     checkRange(Where, "read_advance.use", A.use, 0, 255);
     checkRange(Where, "read_advance.write", A.write_id, 0, 65535);
     checkRange(Where, "read_advance[" + std::to_string(A.use) + "]", A.cycles,
@@ -231,6 +236,9 @@ Table Engine::compile(const Globals &G, const std::vector<Row> &rows) const {
     const PortUses Uses = validateRow(E, Where, R);
     checkNesting(E, Where, At.Class, Uses);
     const MCSchedClassDesc &Orig = *E.SM->getSchedClassDesc(At.Class);
+    if (R.latency.size() != Orig.NumWriteLatencyEntries)
+      invalid(Where, "latency has " + std::to_string(R.latency.size()) + " entries; the instruction writes " +
+                         std::to_string(Orig.NumWriteLatencyEntries));
     const ClassEntries X = classEntries(E, Orig, R, Uses);
     if (R.uops == 0 && !X.WPR.empty())
       invalid(Where, "uops = 0 while the port map uses resources (LLVM rejects such instructions)");
