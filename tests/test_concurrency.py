@@ -184,3 +184,26 @@ def test_a_writer_waits_for_a_reader_within_the_timeout(tmp_path, monkeypatch):
     monkeypatch.setenv("DIFFTUNE_LOCK_TIMEOUT", "soon")
     with pytest.raises(ValueError, match="DIFFTUNE_LOCK_TIMEOUT"):
         store.connect(warehouse)
+
+
+def test_the_reaper_sensor_frees_a_ui_launched_run_whose_worker_died(home):
+    from dagster._core.events import EngineEventData
+
+    from difftune_pipeline.defs.recovery import dead_run_reaper
+
+    worker = subprocess.Popen([sys.executable, "-c", "pass"])
+    worker.wait()  # a run worker that is gone
+    with dg.DagsterInstance.get() as instance:
+        assert isinstance(instance.run_launcher, dg.DefaultRunLauncher)
+        run = instance.add_run(dg.DagsterRun(job_name="__ephemeral_asset_job__", status=dg.DagsterRunStatus.STARTED))
+        instance.report_engine_event(
+            f"Started process for run (pid: {worker.pid}).", run, EngineEventData.in_process(worker.pid)
+        )
+        instance.event_log_storage.claim_concurrency_slot("duckdb_writer", run.run_id, "simulations")
+        alive = instance.add_run(dg.DagsterRun(job_name="__ephemeral_asset_job__", status=dg.DagsterRunStatus.STARTED))
+        instance.report_engine_event("Started process", alive, EngineEventData.in_process(os.getppid()))
+        skipped = dead_run_reaper(dg.build_sensor_context(instance=instance))
+        assert run.run_id in skipped.skip_message and alive.run_id not in skipped.skip_message
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
+        assert instance.get_run_by_id(alive.run_id).status == dg.DagsterRunStatus.STARTED
+        assert _pool_holders() == []
