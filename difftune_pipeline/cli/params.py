@@ -86,7 +86,7 @@ def params_import(
         with writer(warehouse) as con:  # compared and stored in one transaction
             stored = queries.stored_table(con, table_id)
             mine = (table.mcpu, table.llvm_version, table.to_frame().sort(["opcode", "param", "idx"]))
-            if stored is not None and (stored[:2] != mine[:2] or not stored[2].equals(mine[2])):
+            if stored is not None and (stored[:2] != mine[:2] or not stored[3].equals(mine[2])):
                 raise ValueError(f"table id {table_id!r} already holds a different table: choose another --id")
             new = queries.save_table(con, table_id, table, kind="imported", note=note or f"imported from {_text(file)}")
     except USER_ERRORS as exc:

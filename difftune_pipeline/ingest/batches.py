@@ -163,14 +163,13 @@ def _ingest(
         else:
             queries.add_block_sources(con, batch, app, [(block_id(h), v) for _, h, v in kept])
         queries.add_quarantine(con, batch, str(path), bad, now)
-        summary = BatchSummary(batch, kind, str(path), len(lines), len(kept), len(bad))
         problems = []
         if kind == "measurements":  # judged before it commits: never usable unjudged
             implausible = queries.implausible_measurements(con, batch, sanity.MAX_IPC)
             problems = sanity.problems(str(path), len(lines), len(kept), len(bad), implausible)
         queries.record_batch(con, batch, kind, uarch, app, str(path), len(lines), len(kept), len(bad), now, problems)
-        summary.status = "failed_sanity" if problems else "ok"
-        return summary
+        status = "failed_sanity" if problems else "ok"
+        return BatchSummary(batch, kind, str(path), len(lines), len(kept), len(bad), status=status)
 
 
 def ingest_measurements(

@@ -101,6 +101,8 @@ def connect(path: str | Path = DEFAULT_PATH, *, read_only: bool = False) -> duck
         if not path.exists():
             raise FileNotFoundError(f"no warehouse at {path}: materialise the pipeline first (make run)")
         con = _open(path, read_only=True)
+        if _identity(path) in _CURRENT:
+            return con
         version = _version(con)
         if version == 0:
             con.close()
@@ -109,17 +111,30 @@ def connect(path: str | Path = DEFAULT_PATH, *, read_only: bool = False) -> duck
             con.close()
             connect(path).close()
             con = _open(path, read_only=True)
+        _CURRENT.add(_identity(path))
         return con
     path.parent.mkdir(parents=True, exist_ok=True)
     con = _open(path, read_only=False)
     try:
-        if _version(con) == 0 and scalar(con, "SELECT count(*) FROM duckdb_tables()"):
+        version = _version(con)
+        if version == 0 and scalar(con, "SELECT count(*) FROM duckdb_tables()"):
             raise ValueError(f"{path} is a DuckDB file of something else (it has no schema_version): not touched")
-        migrate(con)
+        if version < len(MIGRATIONS):
+            migrate(con)
     except BaseException:
         con.close()
         raise
     return con
+
+
+# Files this process has seen at the newest schema, by (device, inode, mtime): a
+# read need not ask again until the file changes (a schema never goes back).
+_CURRENT: set[tuple[int, int, int]] = set()
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    st = path.stat()
+    return st.st_dev, st.st_ino, st.st_mtime_ns
 
 
 def _version(con: duckdb.DuckDBPyConnection) -> int:

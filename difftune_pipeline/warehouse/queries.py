@@ -14,7 +14,7 @@ import duckdb
 import polars as pl
 
 from difftune_pipeline.engine.table import ParamTable
-from difftune_pipeline.warehouse.connection import insert_new, query, scalar
+from difftune_pipeline.warehouse.connection import connect, insert_new, query, scalar
 
 Db = str | Path
 
@@ -282,9 +282,10 @@ def save_table(
     return True
 
 
-def stored_table(con: duckdb.DuckDBPyConnection, table_id: str) -> tuple[str, str, pl.DataFrame] | None:
-    """(mcpu, LLVM version, values sorted by opcode, param, idx) of a stored table; None when the id is not stored."""
-    meta = con.execute("SELECT mcpu, llvm_version FROM param_tables WHERE table_id = ?", [table_id]).fetchall()
+def stored_table(con: duckdb.DuckDBPyConnection, table_id: str) -> tuple[str, str, str, pl.DataFrame] | None:
+    """(mcpu, LLVM version, kind, values sorted by opcode, param, idx) of a stored
+    table; None when the id is not stored."""
+    meta = con.execute("SELECT mcpu, llvm_version, kind FROM param_tables WHERE table_id = ?", [table_id]).fetchall()
     if not meta:
         return None
     values = con.sql(
@@ -295,13 +296,17 @@ def stored_table(con: duckdb.DuckDBPyConnection, table_id: str) -> tuple[str, st
 
 def load_table(db: Db, table_id: str) -> ParamTable:
     """A stored default, learned or imported table."""
-    meta = query("SELECT mcpu, llvm_version, kind FROM param_tables WHERE table_id = ?", db, [table_id])
-    if meta.is_empty():
+    con = connect(db, read_only=True)
+    try:
+        stored = stored_table(con, table_id)
+    finally:
+        con.close()
+    if stored is None:
         raise KeyError(f"no parameter table {table_id!r} in the warehouse")
-    values = query("SELECT opcode, param, idx, value FROM param_values WHERE table_id = ?", db, [table_id])
+    mcpu, llvm_version, kind, values = stored
     if values.is_empty():
-        raise KeyError(f"table {table_id!r} ({meta['kind'][0]}) is regenerated from its preset and seed, not stored")
-    return ParamTable.from_frame(values, meta["mcpu"][0], meta["llvm_version"][0])
+        raise KeyError(f"table {table_id!r} ({kind}) is regenerated from its preset and seed, not stored")
+    return ParamTable.from_frame(values, mcpu, llvm_version)
 
 
 def latest_learned(db: Db, mcpu: str) -> str | None:
