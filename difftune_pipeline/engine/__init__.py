@@ -17,6 +17,7 @@ import numpy as np
 
 from difftune_pipeline.engine import _engine
 from difftune_pipeline.engine.table import GLOBALS, ParamTable, canonical_row
+from difftune_pipeline.engine.trace import Trace
 
 LLVM_VERSION: str = _engine.LLVM_VERSION
 LLVM_MCA = Path(_engine.LLVM_BIN_DIR) / "llvm-mca"
@@ -28,6 +29,7 @@ InvalidTable = _engine.InvalidTable
 Block = _engine.Block
 DEFAULT_ITERATIONS = 100
 DEFAULT_CYCLE_CAP = 10_000_000
+DEFAULT_SHOWN = 10  # iterations a trace records instruction by instruction (llvm-mca's timeline default)
 COMPILED_CACHE = 64  # compiled tables kept (each holds copies of the CPU's scheduling tables)
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "InvalidTable",
     "ParamTable",
     "SimResult",
+    "Trace",
     "default_threads",
 ]
 
@@ -193,3 +196,20 @@ class Engine:
             for i, st in zip(np.nonzero(run)[0].tolist(), got_status):
                 status[i] = st
         return SimResult(cycles, list(status))
+
+    def trace(
+        self,
+        block: Block,
+        table: ParamTable | None = None,
+        *,
+        iterations: int = DEFAULT_ITERATIONS,
+        shown: int = DEFAULT_SHOWN,
+        cycle_cap: int = DEFAULT_CYCLE_CAP,
+    ) -> Trace:
+        """One block under one table with its events recorded: the timeline of the
+        first ``shown`` iterations, resource pressure and back-end pressure over
+        all ``iterations``. The cycles equal ``simulate``'s (no fast-forward)."""
+        if iterations < 1 or shown < 0:
+            raise ValueError("iterations must be at least 1 and shown at least 0")
+        raw = self._native.trace(block, self.compile(table), iterations, shown, cycle_cap)
+        return Trace.from_native(raw, max(len(block), 1), iterations)

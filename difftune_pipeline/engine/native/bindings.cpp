@@ -154,5 +154,32 @@ NB_MODULE(_engine, m) {
             return nb::make_tuple(R.cycles, R.status);
           },
           "blocks"_a, "tables"_a, "block_idx"_a, "table_idx"_a, "iterations"_a = 100,
-          "threads"_a = 1, "cycle_cap"_a = 10000000, "fast_forward"_a = false);
+          "threads"_a = 1, "cycle_cap"_a = 10000000, "fast_forward"_a = false)
+      .def(
+          "trace",
+          [](const dt::Engine &E, const dt::Block &B, const dt::Table &T, unsigned Iterations,
+             unsigned Shown, uint64_t CycleCap) {
+            dt::Trace R;
+            {
+              nb::gil_scoped_release Release;
+              R = E.trace(B, T, Iterations, Shown, CycleCap);
+            }
+            nb::list Timeline;
+            for (const auto &En : R.timeline)
+              Timeline.append(nb::make_tuple(En.dispatched, En.ready, En.issued, En.executed,
+                                             En.retired, En.waits));
+            nb::dict D;
+            D["cycles"] = R.cycles;
+            D["status"] = R.status;
+            D["units"] = R.units;
+            D["timeline"] = Timeline;
+            D["pressure"] = R.pressure;
+            D["pressure_cycles"] = R.pressure_cycles;
+            D["resource_pressure_cycles"] = R.resource_pressure_cycles;
+            D["register_pressure_cycles"] = R.register_pressure_cycles;
+            D["memory_pressure_cycles"] = R.memory_pressure_cycles;
+            D["unit_pressure_cycles"] = R.unit_pressure_cycles;
+            return D;
+          },
+          "block"_a, "table"_a, "iterations"_a, "shown"_a, "cycle_cap"_a);
 }

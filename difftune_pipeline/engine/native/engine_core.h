@@ -78,6 +78,27 @@ struct SimResult {
   std::vector<std::string> status;  // "ok" or a reason
 };
 
+// One instruction of one iteration as MCA's events saw it: the cycles of
+// llvm-mca's timeline view (-1: not reached), and why it waited in each cycle
+// it did (before dispatch: a dispatch stall; after: register, memory, resource).
+struct TraceEntry {
+  int dispatched = -1, ready = -1, issued = -1, executed = -1, retired = -1;
+  std::vector<std::pair<int, std::string>> waits;
+};
+
+// One block simulated under one table, with its events recorded.
+struct Trace {
+  int64_t cycles = -1;
+  std::string status;                       // "ok" or a reason, as simulate()
+  std::vector<std::string> units;           // resource units, llvm-mca's pressure columns
+  std::vector<TraceEntry> timeline;         // the first `shown` iterations, in program order
+  std::vector<std::vector<double>> pressure;  // [instruction, last: the block][unit] per iteration
+  // Cycles in which back-end pressure rose, and why (llvm-mca's bottleneck analysis).
+  int64_t pressure_cycles = 0, resource_pressure_cycles = 0, register_pressure_cycles = 0,
+          memory_pressure_cycles = 0;
+  std::vector<int64_t> unit_pressure_cycles;  // per unit: pressure cycles it was busy in
+};
+
 class InvalidTable : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
@@ -115,6 +136,9 @@ class Engine {
                      const std::vector<int64_t> &block_idx, const std::vector<int64_t> &table_idx,
                      unsigned iterations, unsigned threads, uint64_t cycle_cap,
                      bool fast_forward) const;
+  // One block under one table with every event recorded (no fast-forward).
+  Trace trace(const Block &block, const Table &table, unsigned iterations, unsigned shown,
+              uint64_t cycle_cap) const;
 
  private:
   std::shared_ptr<EngineImpl> impl_;

@@ -2,6 +2,7 @@
 // default pipeline, many (block, table) pairs at a time.
 #include "engine_impl.h"
 #include "monitor_stage.h"
+#include "trace_listener.h"
 
 #include "llvm/MCA/Context.h"
 #include "llvm/MCA/CustomBehaviour.h"
@@ -75,13 +76,16 @@ class Lowering {
 };
 
 // llvm-mca's default pipeline with its defaults (no extra limits, loads and
-// stores never alias), then the monitor, which also listens to its events.
+// stores never alias), then the monitor, which also listens to its events. A
+// tracer also gets the back-end pressure events, which MCA computes only on request.
 std::unique_ptr<mca::Pipeline> buildPipeline(mca::Context &Ctx, mca::SourceMgr &S,
                                              mca::CustomBehaviour &CB,
-                                             std::unique_ptr<MonitorStage> Monitor) {
+                                             std::unique_ptr<MonitorStage> Monitor,
+                                             TraceListener *Tracer) {
   mca::PipelineOptions PO(/*UOPQSize=*/0, /*DecThr=*/0, /*DW=*/0, /*RFS=*/0, /*LQS=*/0,
-                          /*SQS=*/0, /*NoAlias=*/true);
+                          /*SQS=*/0, /*NoAlias=*/true, /*BottleneckAnalysis=*/Tracer != nullptr);
   auto P = Ctx.createDefaultPipeline(PO, S, CB);
+  if (Tracer) P->addEventListener(Tracer);
   P->addEventListener(Monitor.get());
   P->appendStage(std::move(Monitor));
   return P;
@@ -89,7 +93,8 @@ std::unique_ptr<mca::Pipeline> buildPipeline(mca::Context &Ctx, mca::SourceMgr &
 
 std::pair<int64_t, std::string> simulateOne(const EngineImpl &E, const BlockImpl &B,
                                             const TableImpl &T, unsigned Iterations,
-                                            uint64_t Cap, bool FastForward) {
+                                            uint64_t Cap, bool FastForward,
+                                            Trace *Recorded = nullptr, unsigned Shown = 0) {
   if (!B.Error.empty()) return {-1, "bad block: " + B.Error};
   const MCSubtargetInfo &STI = *T.STI;
   Lowering L(E, STI);
@@ -101,8 +106,14 @@ std::pair<int64_t, std::string> simulateOne(const EngineImpl &E, const BlockImpl
   mca::Context Ctx(*E.MRI, STI);
   auto Monitor = std::make_unique<MonitorStage>(Cap, Lowered.size(), Iterations, FastForward);
   const MonitorStage &M = *Monitor;
-  auto P = buildPipeline(Ctx, S, *CB, std::move(Monitor));
+  std::unique_ptr<TraceListener> Tracer;
+  if (Recorded)
+    Tracer = std::make_unique<TraceListener>(E, STI.getSchedModel(), Lowered.size(),
+                                             Lowered.size() * std::min(Shown, Iterations),
+                                             *Recorded);
+  auto P = buildPipeline(Ctx, S, *CB, std::move(Monitor), Tracer.get());
   Expected<unsigned> Cycles = P->run();
+  if (Tracer) Tracer->finish();
   if (!Cycles) {
     std::string Why = errorText(Cycles.takeError());
     if (M.Extrapolated >= 0) return {M.Extrapolated, "ok"};
@@ -112,6 +123,17 @@ std::pair<int64_t, std::string> simulateOne(const EngineImpl &E, const BlockImpl
 }
 
 }  // namespace
+
+Trace Engine::trace(const Block &block, const Table &table, unsigned iterations, unsigned shown,
+                    uint64_t cycle_cap) const {
+  if (iterations == 0) throw std::invalid_argument("iterations must be at least 1");
+  if (!block.impl || block.impl->Engine != impl_) throw std::invalid_argument("block from another engine");
+  if (!table.impl || table.impl->Engine != impl_) throw std::invalid_argument("table from another engine");
+  Trace Out;
+  std::tie(Out.cycles, Out.status) = simulateOne(*impl_, *block.impl, *table.impl, iterations,
+                                                 cycle_cap, /*FastForward=*/false, &Out, shown);
+  return Out;
+}
 
 SimResult Engine::simulate(const std::vector<Block> &blocks, const std::vector<Table> &tables,
                            const std::vector<int64_t> &block_idx,
