@@ -14,7 +14,7 @@ from difftune_pipeline.cli.common import USER_ERRORS, WarehouseOpt, console, fai
 from difftune_pipeline.warehouse import DEFAULT_PATH, queries, writer
 
 
-def _load_table(ref: str, mcpu: str, warehouse: Path):
+def resolve_table(ref: str, mcpu: str, warehouse: Path):
     """A table by reference: a JSON file, 'default' (LLVM's), 'learned' (the newest
     learned table of ``mcpu`` in the warehouse) or a warehouse table id."""
     from difftune_pipeline.engine import Engine, ParamTable
@@ -58,7 +58,7 @@ def params_export(
 ) -> None:
     """Write a parameter table as JSON that the engine imports."""
     try:
-        name, t = _load_table(table, mcpu, warehouse)
+        name, t = resolve_table(table, mcpu, warehouse)
         out.parent.mkdir(parents=True, exist_ok=True)
         t.to_json(out)
     except USER_ERRORS as exc:
@@ -110,8 +110,8 @@ def params_diff(
     from difftune_pipeline.engine.table import diff
 
     try:
-        name, t = _load_table(table, mcpu, warehouse)
-        base_name, base = _load_table(against, t.mcpu, warehouse)
+        name, t = resolve_table(table, mcpu, warehouse)
+        base_name, base = resolve_table(against, t.mcpu, warehouse)
         if base.mcpu != t.mcpu:
             raise ValueError(f"{name} is a table of -mcpu={t.mcpu}, {base_name} of -mcpu={base.mcpu}: not comparable")
         engine = Engine(t.mcpu)

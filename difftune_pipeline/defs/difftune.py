@@ -9,7 +9,7 @@ import polars as pl
 from difftune_pipeline import config, quality, steps
 from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM
 from difftune_pipeline.defs.ingest import WRITER_POOL
-from difftune_pipeline.defs.metadata import blocking_check, check_result, markdown, row_count
+from difftune_pipeline.defs.metadata import blocking_check, check_result, explained, markdown, row_count
 from difftune_pipeline.defs.resources import DiffTuneSettings, EngineResource, Warehouse
 from difftune_pipeline.reporting.plots import markdown_image
 from difftune_pipeline.steps.checks import engine_exactness as exactness
@@ -216,6 +216,8 @@ def evaluation(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneS
         png, path = out["scatter"]
         meta["predicted_vs_measured"] = dg.MetadataValue.md(markdown_image(png, "predicted vs measured"))
         meta["plot_file"] = dg.MetadataValue.path(str(path))
+    for e in out["explained"]:
+        meta[f"why_{e['case'].replace(' ', '_')}"] = explained(e)
     return dg.MaterializeResult(metadata=meta)
 
 

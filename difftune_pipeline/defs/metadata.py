@@ -7,12 +7,18 @@ import dagster as dg
 import polars as pl
 
 from difftune_pipeline.quality import Verdict
+from difftune_pipeline.reporting.plots import markdown_image
+from difftune_pipeline.reporting.report import explained_changes, explained_summary
 from difftune_pipeline.warehouse import queries
 
 
 def markdown(frame: pl.DataFrame) -> dg.MetadataValue:
+    return dg.MetadataValue.md(_markdown_text(frame))
+
+
+def _markdown_text(frame: pl.DataFrame) -> str:
     if frame.is_empty():
-        return dg.MetadataValue.md("_none_")
+        return "_none_"
     with pl.Config(
         tbl_formatting="MARKDOWN",
         tbl_hide_column_data_types=True,
@@ -21,7 +27,23 @@ def markdown(frame: pl.DataFrame) -> dg.MetadataValue:
         tbl_cols=-1,
         fmt_str_lengths=200,
     ):
-        return dg.MetadataValue.md(str(frame))
+        return str(frame)
+
+
+def explained(e: dict) -> dg.MetadataValue:
+    """A notable block explained (reporting.report.explained_blocks): its code, the
+    cycles and bottleneck per table, the rows that differ, its figures."""
+    parts = [
+        f"**{e['case']}**: block `{e['block_id']}`",
+        "```\n" + "\n".join(e["explanation"]["asm"]) + "\n```",
+        _markdown_text(explained_summary(e)),
+        "Rows of this block where the tables differ (cycles once that change alone is undone):",
+        _markdown_text(explained_changes(e)),
+        *(markdown_image(png, "timeline") for png in e["timelines"]),
+    ]
+    if e["pressure"] is not None:
+        parts.append(markdown_image(e["pressure"], "port pressure"))
+    return dg.MetadataValue.md("\n\n".join(parts))
 
 
 def row_count(warehouse, table: str) -> dict:

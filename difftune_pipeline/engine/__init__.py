@@ -8,6 +8,7 @@ LLVM ("Total Cycles") under the default table.
 
 from __future__ import annotations
 
+import json
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -116,11 +117,13 @@ class Engine:
             raise InvalidTable(f"table is for -mcpu={table.mcpu}, engine is {self.mcpu}")
         if table.llvm_version.split(".")[0] != self.llvm_version.split(".")[0]:
             raise InvalidTable(f"table is for LLVM {table.llvm_version}, engine runs LLVM {self.llvm_version}")
-        key = table.fingerprint()
+        # Keyed by what compile() reads (globals and the rows that differ from LLVM's):
+        # far cheaper than the table's fingerprint, which serialises every row.
+        changed = table.changed_rows(self._base())
+        key = json.dumps([table.globals, changed], sort_keys=True)
         if key in self._compiled:
             self._compiled.move_to_end(key)
         else:
-            changed = table.changed_rows(self._base())
             rows = [{"key": k, **r} for k, r in changed.items()]
             self._compiled[key] = self._native.compile({g: table.globals[g] for g in GLOBALS}, rows)
             if len(self._compiled) > COMPILED_CACHE:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
@@ -29,3 +30,23 @@ def llvm_mca_many(blocks_asm: list[list[str]], mcpu: str, workers: int = 2, iter
     """One binary process per block, ``workers`` at a time."""
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(lambda asm: llvm_mca_cycles(asm, mcpu, iterations), blocks_asm))
+
+
+def llvm_mca_views(asm_lines: list[str], mcpu: str, iterations: int, shown: int) -> tuple[dict | None, str]:
+    """The binary's timeline (first ``shown`` iterations, no cycle limit), resource
+    pressure and bottleneck analysis of one block: its JSON document (None when it
+    refuses the block) and its text report (the bottleneck analysis is text only)."""
+    args = [
+        str(LLVM_MCA),
+        f"-mtriple={TRIPLE}",
+        f"-mcpu={mcpu}",
+        f"-iterations={iterations}",
+        "-timeline",
+        f"-timeline-max-iterations={shown}",
+        "-timeline-max-cycles=0",
+        "-resource-pressure",
+    ]
+    text = "\n".join(asm_lines) + "\n"
+    as_json = subprocess.run([*args, "-json"], input=text, capture_output=True, text=True, timeout=120)
+    as_text = subprocess.run([*args, "-bottleneck-analysis"], input=text, capture_output=True, text=True, timeout=120)
+    return (json.loads(as_json.stdout) if as_json.returncode == 0 else None), as_text.stdout

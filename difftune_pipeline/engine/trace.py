@@ -44,6 +44,11 @@ class TimelineEntry:
     waits: tuple[tuple[int, str], ...]  # (cycle, cause) for every cycle it waited
 
 
+def last_cycle(timeline: list[TimelineEntry]) -> int:
+    """The last cycle any recorded event happened in (the timeline's width)."""
+    return max((c for e in timeline for c in (e.dispatched, e.ready, e.issued, e.executed, e.retired)), default=0)
+
+
 @dataclass(frozen=True)
 class Trace:
     cycles: int | None  # total cycles, as simulate() gives them; None when not "ok"
@@ -54,6 +59,7 @@ class Trace:
     pressure: np.ndarray  # (instructions + 1) × units, cycles per iteration; the last row is the block
     pressure_cycles: dict[str, int]  # cycles in which back-end pressure rose: any, resources, registers, memory
     unit_pressure_cycles: dict[str, int]  # per unit: pressure cycles in which it was busy
+    dispatch_stalls: int  # stall events of the dispatch stage; without any, pressure never limited throughput
 
     @classmethod
     def from_native(cls, raw: dict, block_size: int, iterations: int) -> Trace:
@@ -75,13 +81,12 @@ class Trace:
                 "memory": raw["memory_pressure_cycles"],
             },
             unit_pressure_cycles=dict(zip(raw["units"], raw["unit_pressure_cycles"])),
+            dispatch_stalls=raw["dispatch_stalls"],
         )
 
     @property
     def last_cycle(self) -> int:
-        """The last cycle any recorded event happened in (the timeline's width)."""
-        cycles = [c for e in self.timeline for c in (e.dispatched, e.ready, e.issued, e.executed, e.retired)]
-        return max(cycles, default=0)
+        return last_cycle(self.timeline)
 
     def wait_cycles(self) -> dict[str, int]:
         """Instruction-cycles spent waiting over the recorded iterations, by cause."""

@@ -37,13 +37,67 @@ def predicted_vs_measured(frame: pl.DataFrame, title: str) -> bytes:
         ax.grid(True, which="major", alpha=0.3)
     axes[0][0].set_ylabel("llvm-mca cycles / 100 iterations")
     fig.suptitle(title)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    return buf.getvalue()
+    return _png(fig)
 
 
 def markdown_image(png: bytes, alt: str) -> str:
     """A PNG inlined as markdown (rendered by the Dagster UI and in the HTML report)."""
     return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})"
+
+
+# Colours of the wait causes; a dispatch stall of any kind is drawn in STALL_COLOUR.
+WAIT_COLOURS = {"register": "#e6ab02", "memory": "#b83dba", "resource": "#d62728"}
+STALL_COLOUR = "#1f77b4"
+EXECUTING_COLOUR, RETIRE_LAG_COLOUR = "#2ca02c", "#d9d9d9"
+MAX_TIMELINE_ROWS = 48
+
+
+def timeline(view: dict, asm: list[str], title: str) -> bytes:
+    """An explanation's timeline as a figure: one row per instruction and
+    iteration, one column per cycle; waits coloured by cause, execution in green,
+    the wait to retire in grey; D and R mark dispatch and retirement."""
+    entries = view["timeline"][:MAX_TIMELINE_ROWS]
+    last = max((e["retired"] for e in entries), default=0) + 1
+    fig, ax = plt.subplots(figsize=(min(18, 4 + 0.22 * last), 1 + 0.28 * len(entries)))
+    for row, e in enumerate(entries):
+        for cycle, cause in e["waits"]:
+            ax.broken_barh([(cycle, 1)], (row - 0.4, 0.8), color=WAIT_COLOURS.get(cause, STALL_COLOUR))
+        if e["executed"] > e["issued"]:
+            ax.broken_barh([(e["issued"], e["executed"] - e["issued"])], (row - 0.4, 0.8), color=EXECUTING_COLOUR)
+        if e["retired"] > e["executed"] + 1:
+            ax.broken_barh(
+                [(e["executed"] + 1, e["retired"] - e["executed"] - 1)], (row - 0.4, 0.8), color=RETIRE_LAG_COLOUR
+            )
+        ax.text(e["dispatched"] + 0.5, row, "D", ha="center", va="center", fontsize=7)
+        ax.text(e["retired"] + 0.5, row, "R", ha="center", va="center", fontsize=7)
+    ax.set_yticks(range(len(entries)), [f"[{e['iteration']},{e['index']}] {asm[e['index']][:36]}" for e in entries])
+    ax.set(xlim=(0, last), ylim=(len(entries) - 0.5, -0.5), xlabel="cycle", title=title)
+    ax.tick_params(axis="y", labelsize=7)
+    ax.grid(True, axis="x", alpha=0.3)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*WAIT_COLOURS.values(), STALL_COLOUR, EXECUTING_COLOUR)]
+    names = [f"waiting: {c}" for c in WAIT_COLOURS] + ["dispatch stall", "executing"]
+    ax.legend(handles, names, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7)
+    return _png(fig)
+
+
+def port_pressure(views: list[dict], title: str) -> bytes:
+    """Cycles per iteration on each resource unit, one bar per explained table."""
+    units = [u for u in views[0]["units"] if any(v["pressure_per_iteration"].get(u, 0) >= 0.005 for v in views)]
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(units) + 2), 3.4))
+    width = 0.8 / len(views)
+    for k, v in enumerate(views):
+        xs = [i + k * width for i in range(len(units))]
+        ax.bar(xs, [v["pressure_per_iteration"].get(u, 0.0) for u in units], width, label=v["label"])
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(units))], units, rotation=30, ha="right", fontsize=8)
+    ax.set(ylabel="cycles / iteration", title=title)
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def _png(fig) -> bytes:
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()

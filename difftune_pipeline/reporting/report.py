@@ -1,6 +1,7 @@
 """The HTML report: per µarch, default against learned through the real engine,
 by slice (ML kernels set beside the rest), the predicted-vs-measured plot, the
-parameters that moved, and the surrogates behind them. Self-contained: plots
+parameters that moved, why the notable blocks cost what they cost (timelines
+and port pressure, learned against default), and the surrogates behind them. Self-contained: plots
 are inlined, so the file can be mailed or archived."""
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from pathlib import Path
 
 import polars as pl
 
+from difftune_pipeline.engine import Engine
 from difftune_pipeline.reporting import plots
 from difftune_pipeline.reporting.compare import changed_parameters, compare, predicted_vs_measured
+from difftune_pipeline.reporting.explain import explain, notable
 from difftune_pipeline.warehouse import queries
 
 # The GPGPU-Sim validation on ML workloads (Khairy et al.) reports the simulator
@@ -23,7 +26,9 @@ GPGPU_SIM_ML_ERROR = 0.18
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:75em}table{border-collapse:collapse;margin:1em 0}
 td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}
-.worse{background:#fde2e2}img{max-width:100%}"""
+.worse{background:#fde2e2}img{max-width:100%}pre{font-size:85%;background:#f7f7f7;padding:.5em}"""
+EXPLAINED_ROWS = 2  # iterations of each notable block drawn on its timeline
+TOP_CHANGES = 10
 
 
 def table_html(frame: pl.DataFrame, highlight: str | None = None) -> str:
@@ -85,6 +90,96 @@ def uarch_section(db, uarch: str, learned_id: str, default_id: str) -> str:
     ]
     learned, default = queries.load_table(db, learned_id), queries.load_table(db, default_id)
     parts += ["<h3>Parameters that moved most</h3>", table_html(changed_parameters(default, learned))]
+    parts += ["<h3>Why: the blocks the learned table changed most</h3>"]
+    parts += [explained_html(e) for e in explained_blocks(db, Engine(uarch), uarch, default_id, learned_id)]
+    return "\n".join(parts)
+
+
+def explained_blocks(db, engine: Engine, uarch: str, default_id: str, learned_id: str) -> list[dict]:
+    """The test blocks the learned table improved most, worsened most and still
+    predicts worst, each explained under the learned table against the default,
+    with its timelines and port-pressure chart (PNG)."""
+    cases = notable(predicted_vs_measured(db, uarch, {"default": default_id, "learned": learned_id}))
+    if not cases:
+        return []
+    test = queries.measured_blocks(db, uarch, ["test"])
+    learned, default = queries.load_table(db, learned_id), queries.load_table(db, default_id)
+    out = []
+    for case, block_id in cases:
+        row = test.filter(pl.col("block_id") == block_id).row(0, named=True)
+        block = engine.disassemble(row["hex"])
+        why = explain(
+            engine, block, learned, label="learned", against=default, against_label="default", shown=EXPLAINED_ROWS
+        )
+        why["measured"] = row["cycles_per_100"]
+        views = [v for v in why["views"] if v["cycles"] is not None]
+        title = f"{case}: block {block_id[:12]}"
+        out.append(
+            {
+                "case": case,
+                "block_id": block_id,
+                "hex": row["hex"],
+                "explanation": why,
+                "timelines": [plots.timeline(v, why["asm"], f"{title}, {v['label']} table") for v in views],
+                "pressure": plots.port_pressure(views, f"{title}: port pressure") if views else None,
+            }
+        )
+    return out
+
+
+def explained_summary(e: dict) -> pl.DataFrame:
+    """One row per table of an explained block: cycles, error, bottleneck, busiest unit."""
+    why = e["explanation"]
+    rows = []
+    for v in why["views"]:
+        b = v.get("bottleneck", {})
+        rows.append(
+            {
+                "table": v["label"],
+                "cycles_per_100": v["cycles"],
+                "measured": why["measured"],
+                "error_pct": 100 * (v["cycles"] - why["measured"]) / why["measured"] if v["cycles"] else None,
+                "bottleneck": b.get("kind"),
+                "busiest_unit": b.get("busiest_unit"),
+                "busiest_unit_cycles": b.get("busiest_unit_cycles_per_iteration"),
+                **{f"waiting_{k}": n for k, n in v.get("wait_cycles", {}).items()},
+            }
+        )
+    return pl.DataFrame(rows)
+
+
+def explained_changes(e: dict) -> pl.DataFrame:
+    """The rows of an explained block where the tables differ, largest effect first."""
+    return pl.DataFrame(
+        [
+            {
+                "row": c["row"],
+                "parameters": ", ".join(f"{p['param']}[{p['idx']}] {p['base']}→{p['value']}" for p in c["values"]),
+                "cycles_without": c["cycles_without"],
+                "effect": c["effect"],
+            }
+            for c in e["explanation"].get("changes", [])[:TOP_CHANGES]
+        ],
+        schema={"row": pl.Utf8, "parameters": pl.Utf8, "cycles_without": pl.Int64, "effect": pl.Int64},
+    )
+
+
+def _img(png: bytes, alt: str) -> str:
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def explained_html(e: dict) -> str:
+    why = e["explanation"]
+    parts = [
+        f"<h4>{html.escape(e['case'])}: block <code>{html.escape(e['block_id'])}</code></h4>",
+        "<pre>" + html.escape("\n".join(why["asm"])) + "</pre>",
+        table_html(explained_summary(e)),
+        "<p>Rows of this block where the tables differ, with the cycles once that change alone is undone:</p>",
+        table_html(explained_changes(e)) if why.get("changes") else "<p>None: the tables agree on this block.</p>",
+        *(_img(png, f"timeline of {e['block_id']}") for png in e["timelines"]),
+    ]
+    if e["pressure"] is not None:
+        parts.append(_img(e["pressure"], f"port pressure of {e['block_id']}"))
     return "\n".join(parts)
 
 

@@ -28,7 +28,7 @@ CODE_VERSIONS = {
     "simulations": "1",
     "surrogate": "2",
     "learned_params": "2",
-    "evaluation": "1",
+    "evaluation": "2",
 }
 
 

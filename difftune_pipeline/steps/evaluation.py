@@ -7,7 +7,7 @@ import polars as pl
 
 from difftune_pipeline.model.metrics import metrics_by_slice, slices
 from difftune_pipeline.reporting.compare import changed_parameters, compare
-from difftune_pipeline.reporting.report import write_scatter
+from difftune_pipeline.reporting.report import explained_blocks, write_scatter
 from difftune_pipeline.steps.context import StepContext
 from difftune_pipeline.warehouse import insert_new, queries, writer
 
@@ -60,8 +60,8 @@ def evaluate(ctx: StepContext, table_ids: list[str]) -> pl.DataFrame:
 
 def evaluate_latest(ctx: StepContext) -> dict:
     """The default and the newest learned table compared per (split, slice), the
-    parameters that moved most, and the predicted-vs-measured figure (also written
-    under ``reports/``)."""
+    parameters that moved most, the predicted-vs-measured figure (also written
+    under ``reports/``) and the notable blocks explained."""
     default_id, default = ctx.default_table()
     learned_id = queries.latest_learned(ctx.db, ctx.uarch)
     if learned_id is None:
@@ -73,4 +73,5 @@ def evaluate_latest(ctx: StepContext) -> dict:
         "comparison": comparison,
         "changed": changed_parameters(default, queries.load_table(ctx.db, learned_id)),
         "scatter": write_scatter(ctx.db, ctx.uarch, default_id, learned_id),
+        "explained": explained_blocks(ctx.db, ctx.engine, ctx.uarch, default_id, learned_id),
     }

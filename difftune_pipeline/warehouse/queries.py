@@ -46,6 +46,13 @@ def measured_blocks(db: Db, uarch: str, splits: list[str]) -> pl.DataFrame:
     )
 
 
+def measured_throughput(db: Db, block_id: str, uarch: str) -> float | None:
+    """A block's measured cycles per 100 iterations on ``uarch`` (the mean over
+    usable batches), or None when it was never measured there."""
+    sql = "SELECT avg(cycles_per_100) AS c FROM usable_measurements WHERE block_id = ? AND uarch = ?"
+    return query(sql, db, [block_id, uarch])["c"][0]
+
+
 def measurement_totals(db: Db, uarch: str) -> tuple:
     """(rows, sum of cycles) of a µarch's measurements: changes whenever a batch lands."""
     return query(

@@ -179,6 +179,7 @@ NB_MODULE(_engine, m) {
             D["register_pressure_cycles"] = R.register_pressure_cycles;
             D["memory_pressure_cycles"] = R.memory_pressure_cycles;
             D["unit_pressure_cycles"] = R.unit_pressure_cycles;
+            D["dispatch_stalls"] = R.dispatch_stalls;
             return D;
           },
           "block"_a, "table"_a, "iterations"_a, "shown"_a, "cycle_cap"_a);

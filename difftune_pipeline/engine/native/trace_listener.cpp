@@ -69,6 +69,7 @@ void TraceListener::onEvent(const mca::HWStallEvent &Ev) {
                                        "load-queue-full",
                                        "store-queue-full",
                                        "custom-hazard"};
+  ++Out.dispatch_stalls;
   const size_t Index = Ev.IR.getSourceIndex();
   if (Index < Shown && Ev.Type > 0 && Ev.Type < mca::HWStallEvent::LastGenericEvent)
     wait(Index, Causes[Ev.Type]);

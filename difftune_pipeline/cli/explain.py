@@ -1,0 +1,200 @@
+"""Why a block costs what it costs: ``difftune explain``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from difftune_pipeline.cli.common import USER_ERRORS, WarehouseOpt, app, console, fail, print_json
+from difftune_pipeline.cli.params import resolve_table
+from difftune_pipeline.cli.simulate import Iterations
+from difftune_pipeline.ingest.blocks import block_id, canonical_hex, hex_problem
+from difftune_pipeline.warehouse import DEFAULT_PATH, queries
+
+# Colours of the wait causes, in the terminal and in the figures (reporting/plots.py).
+WAIT_STYLES = {
+    "register": "bold yellow",
+    "memory": "bold magenta",
+    "resource": "bold red",
+}
+STALL_STYLE = "on blue"  # a dispatch stall (ROB, scheduler, queues full...) before the instruction entered
+
+
+def _measured(hex_: str | None, mcpu: str, warehouse: Path) -> float | None:
+    if hex_ is None or not warehouse.is_file():
+        return None
+    return queries.measured_throughput(warehouse, block_id(canonical_hex(hex_)), mcpu)
+
+
+def _timeline(view: dict) -> Text:
+    from difftune_pipeline.engine.trace import last_cycle
+    from difftune_pipeline.reporting.explain import LABEL_WIDTH, timeline_cells, timeline_entries, timeline_header
+
+    entries = timeline_entries(view)
+    out = Text("\n".join(timeline_header(last_cycle(entries))) + "\n")
+    for (label, cells), asm in zip(timeline_cells(entries), view["row_asm"]):
+        out.append(label.ljust(LABEL_WIDTH))
+        for ch, cause in cells:
+            style = WAIT_STYLES.get(cause, STALL_STYLE) if cause else ""
+            out.append(ch, style=style)
+        out.append("   " + asm + "\n")
+    return out
+
+
+def _print(report: dict) -> None:
+    views = report["views"]
+    console.print(f"-mcpu={report['mcpu']} (LLVM {report['llvm_version']}), {report['iterations']} iterations")
+    for i, (asm, key) in enumerate(zip(report["asm"], report["row_keys"])):
+        console.print(Text(f"  {i}. {asm}   [{key}]"))
+    measured = report.get("measured")
+    console.print(
+        f"measured: {measured:g} cycles per 100 iterations"
+        if measured is not None
+        else "measured: not in the warehouse for this CPU"
+    )
+    summary = Table(title="cycles and bottleneck")
+    summary.add_column("")
+    for v in views:
+        summary.add_column(Text(v["label"]), justify="right")
+    rows = [("total cycles", lambda v: str(v["cycles"]) if v["cycles"] is not None else Text(v["status"]))]
+    if measured is not None:
+        rows.append(("error vs measured", lambda v: f"{100 * (v['cycles'] - measured) / measured:+.1f}%"))
+    ok = [v for v in views if v["cycles"] is not None]
+    if ok:
+        rows += [
+            ("bottleneck", lambda v: v["bottleneck"]["kind"] if "bottleneck" in v else "-"),
+            *[
+                (f"  {k} bound / iteration", lambda v, k=k: f"{v['bottleneck']['bounds_per_iteration'][k]:.2f}")
+                for k in ok[0]["bottleneck"]["bounds_per_iteration"]
+            ],
+            ("  simulated / iteration", lambda v: f"{v['bottleneck']['simulated_per_iteration']:.2f}"),
+            (
+                "busiest unit",
+                lambda v: (
+                    f"{v['bottleneck']['busiest_unit']} "
+                    f"({v['bottleneck']['busiest_unit_cycles_per_iteration']:.2f}/iteration)"
+                ),
+            ),
+            *[
+                (f"back-end pressure: {k}", lambda v, k=k: f"{v['bottleneck']['backend_pressure_pct'][k]:.2f}%")
+                for k in ("any", "resources", "registers", "memory")
+            ],
+            *[
+                (f"waiting: {cause}", lambda v, c=cause: str(v["wait_cycles"].get(c, 0)))
+                for cause in sorted({c for v in ok for c in v["wait_cycles"]})
+            ],
+        ]
+    for name, cell in rows:
+        summary.add_row(name, *(cell(v) if v["cycles"] is not None or name == "total cycles" else "-" for v in views))
+    console.print(summary)
+    for v in ok:
+        console.print(Text(f"\nTimeline ({v['label']}), the first iterations:", style="bold"))
+        console.print(_timeline({**v, "row_asm": [report["asm"][e["index"]] for e in v["timeline"]]}))
+    console.print(
+        Text("= waiting: ")
+        + Text("register", WAIT_STYLES["register"])
+        + Text(" · ")
+        + Text("memory", WAIT_STYLES["memory"])
+        + Text(" · ")
+        + Text("resource busy", WAIT_STYLES["resource"])
+        + Text(" · ")
+        + Text("dispatch stall", STALL_STYLE)
+    )
+    if ok:
+        pressure = Table(title="resource pressure per iteration")
+        pressure.add_column("unit")
+        for v in ok:
+            pressure.add_column(Text(v["label"]), justify="right")
+        for unit in ok[0]["units"]:
+            values = [v["pressure_per_iteration"].get(unit, 0.0) for v in ok]
+            if any(x >= 0.005 for x in values):
+                pressure.add_row(unit, *(f"{x:.2f}" if x >= 0.005 else "-" for x in values))
+        console.print(pressure)
+        by_inst = Table(title=f"resource pressure by instruction ({ok[0]['label']})")
+        used = [j for j, u in enumerate(ok[0]["units"]) if ok[0]["pressure_per_iteration"][u] >= 0.005]
+        for j in used:
+            by_inst.add_column(ok[0]["units"][j], justify="right")
+        by_inst.add_column("instruction")
+        for asm, row in zip(report["asm"], ok[0]["pressure_by_instruction"]):
+            by_inst.add_row(*(f"{row[j]:.2f}" if row[j] >= 0.005 else "-" for j in used), Text(asm))
+        console.print(by_inst)
+    if "changes" in report:
+        changed = Table(title=f"rows of this block where {views[0]['label']} differs from {views[-1]['label']}")
+        for col in ("row", "parameters", "cycles without this change", "effect on total"):
+            changed.add_column(col, justify="left" if col in ("row", "parameters") else "right")
+        for c in report["changes"]:
+            params = ", ".join(f"{p['param']}[{p['idx']}] {p['base']}→{p['value']}" for p in c["values"])
+            changed.add_row(
+                Text(c["row"]),
+                Text(params),
+                str(c["cycles_without"]) if c["cycles_without"] is not None else "-",
+                f"{c['effect']:+d}" if c["effect"] is not None else "-",
+            )
+        console.print(changed if report["changes"] else "the two tables agree on every row of this block")
+
+
+@app.command()
+def explain(
+    mcpu: Annotated[str, typer.Option(help="LLVM CPU name (haswell, skylake, znver1, ...)")] = "haswell",
+    hex_: Annotated[str | None, typer.Option("--hex", help="the block as hex")] = None,
+    asm: Annotated[Path | None, typer.Option(help="the block as AT&T assembly text")] = None,
+    params: Annotated[Path | None, typer.Option(help="parameter table JSON")] = None,
+    table: Annotated[
+        str | None,
+        typer.Option(help="'default', 'learned' (the newest learned table for --mcpu) or a warehouse table id"),
+    ] = None,
+    against: Annotated[
+        str | None, typer.Option(help="a second table to set beside it: 'default', 'learned', an id or a JSON file")
+    ] = None,
+    iterations: Iterations = 100,
+    shown: Annotated[int, typer.Option(min=1, max=100, help="iterations shown on the timeline")] = 3,
+    warehouse: WarehouseOpt = DEFAULT_PATH,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Why a block costs what it costs: total cycles, bottleneck, llvm-mca's timeline
+    and resource pressure, and with --against the table rows of the block that
+    differ and how much each moves the total."""
+    from difftune_pipeline.engine import Engine
+    from difftune_pipeline.reporting.explain import explain as explain_block
+
+    if (hex_ is None) == (asm is None):
+        raise fail(ValueError("give exactly one of --hex and --asm"))
+    if params is not None and table is not None:
+        raise fail(ValueError("give at most one of --params and --table"))
+    try:
+        if hex_ is not None and (problem := hex_problem(canonical_hex(hex_))):
+            raise ValueError(f"--hex: {problem}")
+        engine = Engine(mcpu)
+        block = (
+            engine.disassemble(canonical_hex(hex_))
+            if hex_ is not None
+            else engine.parse_asm(asm.read_text(encoding="utf-8-sig", errors="replace"))
+        )
+        if params is not None and not params.is_file():
+            raise ValueError(f"{params} is not a file")
+        label, chosen = resolve_table(str(params) if params else table or "default", mcpu, warehouse)
+        other = resolve_table(against, mcpu, warehouse) if against is not None else (None, None)
+        for name, t in ((label, chosen), other):
+            if t is not None and t.mcpu != mcpu:
+                raise ValueError(f"{name} is a table of -mcpu={t.mcpu}, not {mcpu}")
+        report = explain_block(
+            engine,
+            block,
+            chosen,
+            label=label,
+            against=other[1],
+            against_label=other[0] or "",
+            iterations=iterations,
+            shown=shown,
+        )
+        report["measured"] = _measured(hex_, mcpu, warehouse)
+    except USER_ERRORS as exc:
+        raise fail(exc) from None
+    if as_json:
+        print_json(report)
+    else:
+        _print(report)
