@@ -2,15 +2,18 @@
 where llvm-mca has them, and the expected explanation on hand-made blocks."""
 
 import csv
+import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from typer.testing import CliRunner
 
 from conftest import SAMPLE, TEST_DATA
+from difftune_pipeline.cli import app
 from difftune_pipeline.engine import Engine
 from difftune_pipeline.engine.reference import llvm_mca_views
-from difftune_pipeline.reporting.explain import timeline_header, timeline_text
+from difftune_pipeline.reporting.explain import explain, timeline_header, timeline_text
 
 ITERATIONS, SHOWN = 100, 10
 BLOCKS_PER_CPU = 100
@@ -105,3 +108,137 @@ def _cells(matrix):
     for i, row in enumerate(matrix):
         for j, v in enumerate(row):
             yield (i, j), float(v)
+
+
+def _view(engine, text, table=None, **kw):
+    report = explain(engine, engine.parse_asm(text), table, **kw)
+    return report, report["views"][0]
+
+
+def test_a_pop_chain_waits_on_registers_and_is_bound_by_its_loop_carried_chain(haswell):
+    report, v = _view(haswell, POP_CHAIN)
+    assert report["row_keys"] == ["POP64r", "POP64r", "POP64r", "ADD64rr"]
+    assert v["bottleneck"]["kind"] == "loop_carried_latency"
+    assert set(v["wait_cycles"]) == {"register"}  # every wait is the RSP chain
+    assert v["bottleneck"]["backend_pressure_pct"]["registers"] > 50
+    faster = haswell.default_table()
+    faster.rows["POP64r"]["latency"] = [1]
+    _, quick = _view(haswell, POP_CHAIN, faster)
+    assert quick["cycles"] < v["cycles"] / 2
+
+
+def test_a_port_bound_vector_block_waits_on_busy_ports(haswell):
+    _, v = _view(haswell, PORT_BOUND)
+    assert v["bottleneck"]["kind"] == "port_pressure"
+    assert set(v["wait_cycles"]) == {"resource"}
+    per_iteration = v["pressure_per_iteration"]
+    assert per_iteration["HWPort0"] + per_iteration["HWPort1"] == pytest.approx(4.0)  # 4 multiplies on ports 0 and 1
+    assert v["bottleneck"]["busiest_unit"] in ("HWPort0", "HWPort1")
+
+
+def test_memory_waits_and_dispatch_stalls_are_told_apart(haswell):
+    # Stores leave in order (MCA's load/store unit), so the second and third wait on memory order.
+    _, stores = _view(haswell, "movq %rax, (%rdi)\nmovq %rbx, 8(%rdi)\nmovq %rcx, 16(%rdi)\n")
+    assert "memory" in stores["wait_cycles"] and "register" not in stores["wait_cycles"]
+    # A long division chain fills the scheduler: later instructions cannot even be dispatched.
+    _, full = _view(haswell, "vdivps %ymm0, %ymm1, %ymm1\n" + "addq $1, %rax\n" * 20, shown=20)
+    assert full["wait_cycles"].get("scheduler-full", 0) > 0
+    stalled = [e for e in full["timeline"] if any(c < e["dispatched"] for c, _ in e["waits"])]
+    assert stalled and all(cause == "scheduler-full" for e in stalled for c, cause in e["waits"] if c < e["dispatched"])
+
+
+def test_against_lists_the_rows_that_differ_and_what_each_moves(haswell):
+    slow = haswell.default_table()
+    slow.rows["VMULPSYrr"]["ports"] = {"HWPort0": 1}  # one port instead of two
+    slow.rows["ADD64rr"]["latency"] = [7]  # not in the block: not listed
+    slow.globals["micro_op_buffer_size"] += 10
+    report = explain(
+        haswell,
+        haswell.parse_asm(PORT_BOUND),
+        slow,
+        label="slow",
+        against=haswell.default_table(),
+        against_label="llvm",
+    )
+    mine, theirs = report["views"]
+    assert (mine["label"], theirs["label"]) == ("slow", "llvm")
+    assert mine["cycles"] > theirs["cycles"]
+    by_row = {c["row"]: c for c in report["changes"]}
+    assert set(by_row) == {"VMULPSYrr", "micro_op_buffer_size"}
+    ports = by_row["VMULPSYrr"]
+    assert ports["cycles_without"] == haswell.simulate([haswell.parse_asm(PORT_BOUND)]).cycles[0]
+    assert ports["effect"] == mine["cycles"] - ports["cycles_without"] > 0
+    assert {(p["param"], p["base"], p["value"]) for p in ports["values"]} == {
+        ("port:HWPort01", 1, 0),
+        ("port:HWPort0", 0, 1),
+    }
+    assert report["changes"][0]["row"] == "VMULPSYrr"  # largest effect first
+    same = explain(haswell, haswell.parse_asm(PORT_BOUND), against=haswell.default_table())
+    assert same["changes"] == []
+
+
+def test_a_bad_block_is_refused(haswell):
+    with pytest.raises(ValueError, match="cannot explain"):
+        explain(haswell, haswell.disassemble("ffff"))
+    trace = haswell.trace(haswell.disassemble("ffff"))
+    assert trace.cycles is None and trace.status.startswith("bad block")
+    with pytest.raises(ValueError):
+        haswell.trace(haswell.parse_asm(PORT_BOUND), iterations=0)
+
+
+def test_the_cycle_cap_ends_a_trace_with_its_reason(haswell):
+    trace = haswell.trace(haswell.parse_asm(POP_CHAIN), cycle_cap=50)
+    assert trace.cycles is None and "cycle cap" in trace.status
+    assert trace.timeline  # what was recorded before the cap is kept
+
+
+def test_explain_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("DIFFTUNE_WAREHOUSE", str(tmp_path / "w.duckdb"))
+    runner = CliRunner()
+    asm = tmp_path / "b.s"
+    asm.write_text(PORT_BOUND)
+    slow = Engine("haswell").default_table()
+    slow.rows["VMULPSYrr"]["ports"] = {"HWPort0": 1}
+    slow.to_json(tmp_path / "slow.json")
+    out = runner.invoke(
+        app, ["explain", "--asm", str(asm), "--params", str(tmp_path / "slow.json"), "--against", "default"]
+    )
+    assert out.exit_code == 0, out.output
+    assert "Timeline" in out.stdout and "[0,0]" in out.stdout and "VMULPSYrr" in out.stdout
+    assert "resource pressure per iteration" in out.stdout
+    as_json = runner.invoke(app, ["explain", "--hex", "4801d8", "--json", "--shown", "2"])
+    assert as_json.exit_code == 0, as_json.output
+    report = json.loads(as_json.stdout)
+    assert report["asm"] == ["addq %rbx, %rax"] and report["measured"] is None
+    assert len(report["views"][0]["timeline"]) == 2 and "changes" not in report
+    for args, message in [
+        ([], "exactly one of --hex and --asm"),
+        (["--hex", "4801d8", "--asm", str(asm)], "exactly one of --hex and --asm"),
+        (["--hex", "zz"], "--hex"),
+        (["--hex", "4801d8", "--mcpu", "pentium"], "unknown CPU"),
+        (["--hex", "4801d8", "--params", str(tmp_path / "none.json")], "is not a file"),
+        (["--hex", "4801d8", "--params", str(asm), "--table", "default"], "at most one"),
+        (["--hex", "4801d8", "--table", "learned"], "no warehouse"),
+        (["--hex", "4801d8", "--params", str(tmp_path / "slow.json"), "--mcpu", "skylake"], "not skylake"),
+        (["--hex", "ffff"], "cannot explain"),
+    ]:
+        bad = runner.invoke(app, ["explain", *args])
+        assert bad.exit_code == 2, (args, bad.output)
+        assert message in bad.output, (args, bad.output)
+
+
+def test_explain_shows_the_measured_cycles_of_a_block_in_the_warehouse(tmp_path, monkeypatch, haswell):
+    from difftune_pipeline.ingest import batches as ingest
+
+    warehouse = tmp_path / "w.duckdb"
+    (tmp_path / "m.csv").write_text("4801d8,123.5\n")
+    ingest.ingest_measurements(tmp_path / "m.csv", "haswell", warehouse, haswell)
+    monkeypatch.setenv("DIFFTUNE_WAREHOUSE", str(warehouse))
+    runner = CliRunner()
+    found = runner.invoke(app, ["explain", "--hex", "4801D8", "--json"])
+    assert found.exit_code == 0, found.output
+    assert json.loads(found.stdout)["measured"] == 123.5
+    text = runner.invoke(app, ["explain", "--hex", "4801d8"])
+    assert "measured: 123.5 cycles per 100 iterations" in text.stdout and "error vs measured" in text.stdout
+    other_cpu = runner.invoke(app, ["explain", "--hex", "4801d8", "--mcpu", "skylake", "--json"])
+    assert json.loads(other_cpu.stdout)["measured"] is None
