@@ -112,15 +112,17 @@ class Engine:
 
     def compile(self, table: ParamTable | None) -> _engine.CompiledTable:
         """Check ``table`` against the valid ranges and build its LLVM tables (cached)."""
-        table = table or self._base()
-        if table.mcpu != self.mcpu:
-            raise InvalidTable(f"table is for -mcpu={table.mcpu}, engine is {self.mcpu}")
-        if table.llvm_version.split(".")[0] != self.llvm_version.split(".")[0]:
-            raise InvalidTable(f"table is for LLVM {table.llvm_version}, engine runs LLVM {self.llvm_version}")
-        # Keyed by what compile() reads (globals and the rows that differ from LLVM's):
-        # far cheaper than the table's fingerprint, which serialises every row.
-        changed = table.changed_rows(self._base())
-        key = json.dumps([table.globals, changed], sort_keys=True)
+        if table is None:  # LLVM's own table
+            key, changed, table = "", {}, self._base()
+        else:
+            if table.mcpu != self.mcpu:
+                raise InvalidTable(f"table is for -mcpu={table.mcpu}, engine is {self.mcpu}")
+            if table.llvm_version.split(".")[0] != self.llvm_version.split(".")[0]:
+                raise InvalidTable(f"table is for LLVM {table.llvm_version}, engine runs LLVM {self.llvm_version}")
+            # Keyed by what is compiled (globals and the rows that differ from LLVM's):
+            # far cheaper than the table's fingerprint, which serialises every row.
+            changed = table.changed_rows(self._base())
+            key = json.dumps([table.globals, changed], sort_keys=True)
         if key in self._compiled:
             self._compiled.move_to_end(key)
         else:
