@@ -1,8 +1,11 @@
 """Browser check of the Dagster UI: start it on localhost, wait for the code
 location to load (GraphQL), and take headless Chromium screenshots of the asset
-graph and of the evaluation asset's page. Prints the paths of the PNG files.
+graph and of the evaluation asset's page. With ``--report FILE``, a full-length
+screenshot of the HTML report (``difftune report``) instead. Prints the paths of
+the PNG files.
 
     .venv/bin/python bench/ui_screenshots.py [--out bench/out/screenshots] [--port 3123]
+    .venv/bin/python bench/ui_screenshots.py --report warehouse/report.html
 
 Uses the project's instance (``DAGSTER_HOME``, default ``.dagster_home``) and
 warehouse, so after ``make run`` the evaluation page shows its metadata.
@@ -18,6 +21,7 @@ from pathlib import Path
 
 from difftune_pipeline import ui
 
+REPORT_HEIGHT = 12000  # tall enough for one µarch's report, figures included
 PAGES = {
     "asset_graph": "/asset-groups",
     "difftune_group": "/locations/difftune_pipeline/asset-groups/difftune",
@@ -26,7 +30,7 @@ PAGES = {
 }
 
 
-def screenshot(browser: str, url: str, path: Path, wait_ms: int) -> None:
+def screenshot(browser: str, url: str, path: Path, wait_ms: int, height: int = 1000) -> None:
     subprocess.run(
         [
             browser,
@@ -34,7 +38,7 @@ def screenshot(browser: str, url: str, path: Path, wait_ms: int) -> None:
             "--no-sandbox",
             "--disable-gpu",
             "--hide-scrollbars",
-            "--window-size=1600,1000",
+            f"--window-size=1600,{height}",
             f"--virtual-time-budget={wait_ms}",
             f"--screenshot={path}",
             url,
@@ -52,11 +56,18 @@ def main(argv: list[str] | None = None) -> list[Path]:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out" / "screenshots")
     parser.add_argument("--port", type=int, default=0, help="0: any free port")
     parser.add_argument("--wait-ms", type=int, default=20000, help="time the page gets to render")
+    parser.add_argument("--report", type=Path, help="screenshot this HTML report instead of the UI")
+    parser.add_argument("--height", type=int, default=REPORT_HEIGHT, help="window height for --report (pixels)")
     args = parser.parse_args(argv)
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         sys.exit("chromium is not installed (Debian: apt-get install chromium)")
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.report is not None:
+        path = args.out / "report.png"
+        screenshot(browser, args.report.resolve().as_uri(), path, args.wait_ms, args.height)
+        print(f"report: {path.resolve()}")
+        return [path]
     port = args.port or ui.free_port()
     url = f"http://127.0.0.1:{port}"
     with open(args.out / "ui.log", "w") as log:

@@ -1,10 +1,14 @@
 """DiffTune steps end to end on the sample, idempotence, and resumable simulations."""
 
+import shutil
+import subprocess
+import sys
+
 import dagster as dg
 import pytest
 from typer.testing import CliRunner
 
-from conftest import SAMPLE
+from conftest import ROOT, SAMPLE
 from difftune_pipeline import steps
 from difftune_pipeline.cli import app
 from difftune_pipeline.config import override, settings_for
@@ -101,6 +105,7 @@ def test_interrupted_simulation_resumes_without_loss_or_duplicates(ctx, warehous
     assert dupes.item() == 0
 
 
+@pytest.mark.browser
 def test_materialise_the_whole_graph_with_the_cli(tmp_path, monkeypatch):
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
     (tmp_path / "home").mkdir()
@@ -133,6 +138,32 @@ def test_materialise_the_whole_graph_with_the_cli(tmp_path, monkeypatch):
     assert report.exit_code == 0, report.output
     html = (tmp_path / "r.html").read_text()
     assert "-mcpu=haswell" in html and "data:image/png;base64" in html and "ML workloads" in html
+    # Why: the notable blocks explained, with their timelines and port pressure, in the report ...
+    assert "Why: the blocks the learned table changed most" in html
+    assert html.count('alt="timeline of ') >= 2 and 'alt="port pressure of ' in html
+    # ... and in the evaluation's metadata.
+    whys = {k: v.value for k, v in meta.items() if k.startswith("why_")}
+    assert "why_improved_most" in whys and "why_worst_remaining" in whys
+    assert all("![timeline](data:image/png;base64," in v and "| table" in v for v in whys.values())
+    # The report in a real browser.
+    assert shutil.which("chromium"), "Debian's chromium is missing: `make test` installs it (make chromium)"
+    shot = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "ui_screenshots.py"),
+            "--report",
+            str(tmp_path / "r.html"),
+            "--out",
+            str(tmp_path / "shots"),
+            "--wait-ms",
+            "3000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert shot.returncode == 0, shot.stdout + shot.stderr
+    assert (tmp_path / "shots" / "report.png").stat().st_size > 100_000
     moved = runner.invoke(app, ["params", "diff", "learned", "--csv"])
     assert moved.exit_code == 0 and moved.stdout.startswith("opcode,param,idx,base,value,delta")
 
