@@ -1,4 +1,8 @@
 import csv
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,3 +34,17 @@ def warehouse(tmp_path) -> Path:
 def cli_env(tmp_path, monkeypatch):
     monkeypatch.setenv("DIFFTUNE_WAREHOUSE", str(tmp_path / "w.duckdb"))
     return tmp_path
+
+
+def screenshots(out: Path, *args: str, env: dict | None = None) -> list[Path]:
+    """Run the browser check (bench/ui_screenshots.py) with ``args``; the PNGs it wrote."""
+    assert shutil.which("chromium"), "Debian's chromium is missing: `make test` installs it (make chromium)"
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "ui_screenshots.py"), "--out", str(out), *args],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    return [Path(line.split(": ", 1)[1]) for line in run.stdout.splitlines() if line.endswith(".png")]

@@ -1,14 +1,10 @@
 """DiffTune steps end to end on the sample, idempotence, and resumable simulations."""
 
-import shutil
-import subprocess
-import sys
-
 import dagster as dg
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ROOT, SAMPLE
+from conftest import SAMPLE, screenshots
 from difftune_pipeline import steps
 from difftune_pipeline.cli import app
 from difftune_pipeline.config import override, settings_for
@@ -146,24 +142,8 @@ def test_materialise_the_whole_graph_with_the_cli(tmp_path, monkeypatch):
     assert "why_improved_most" in whys and "why_worst_remaining" in whys
     assert all("![timeline](data:image/png;base64," in v and "| table" in v for v in whys.values())
     # The report in a real browser.
-    assert shutil.which("chromium"), "Debian's chromium is missing: `make test` installs it (make chromium)"
-    shot = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "ui_screenshots.py"),
-            "--report",
-            str(tmp_path / "r.html"),
-            "--out",
-            str(tmp_path / "shots"),
-            "--wait-ms",
-            "3000",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert shot.returncode == 0, shot.stdout + shot.stderr
-    assert (tmp_path / "shots" / "report.png").stat().st_size > 100_000
+    (shot,) = screenshots(tmp_path / "shots", "--report", str(tmp_path / "r.html"), "--wait-ms", "3000")
+    assert shot.name == "report.png" and shot.stat().st_size > 100_000
     moved = runner.invoke(app, ["params", "diff", "learned", "--csv"])
     assert moved.exit_code == 0 and moved.stdout.startswith("opcode,param,idx,base,value,delta")
 

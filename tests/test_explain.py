@@ -11,8 +11,9 @@ from typer.testing import CliRunner
 
 from conftest import SAMPLE, TEST_DATA
 from difftune_pipeline.cli import app
-from difftune_pipeline.engine import Engine
+from difftune_pipeline.engine import Engine, ParamTable
 from difftune_pipeline.engine.reference import llvm_mca_views
+from difftune_pipeline.engine.trace import last_cycle
 from difftune_pipeline.reporting.explain import explain, timeline_header, timeline_text
 
 ITERATIONS, SHOWN = 100, 10
@@ -78,11 +79,16 @@ def test_trace_equals_llvm_mca_timeline_resource_pressure_and_bottleneck_analysi
         # ... and drawn character by character as the binary draws it.
         lines = text.split("\n")
         at = lines.index("Timeline view:")
-        header = timeline_header(trace.last_cycle)
+        header = timeline_header(last_cycle(trace.timeline))
         assert lines[at + 1 : at + 1 + len(header)] == header
         rows = [line for line in lines[at:] if re.match(r"\[\d+,\d+\]", line)]
         assert len(rows) == len(mine)
         assert all(r.startswith(m + "   ") for m, r in zip(timeline_text(trace.timeline), rows)), block.asm
+        # Every '=' of the timeline has a cause: the operands until the instruction is ready, then resources.
+        for e in trace.timeline:
+            after = {c: w for c, w in e.waits if c > e.dispatched}
+            assert sorted(after) == list(range(e.dispatched + 1, e.issued)), block.asm
+            assert all((w == "resource") == (c >= e.ready) for c, w in after.items()), block.asm
         # Resource pressure per instruction and per iteration: the same doubles.
         theirs = {
             (p["InstructionIndex"], p["ResourceIndex"]): p["ResourceUsage"]
@@ -189,7 +195,27 @@ def test_a_bad_block_is_refused(haswell):
 def test_the_cycle_cap_ends_a_trace_with_its_reason(haswell):
     trace = haswell.trace(haswell.parse_asm(POP_CHAIN), cycle_cap=50)
     assert trace.cycles is None and "cycle cap" in trace.status
-    assert trace.timeline  # what was recorded before the cap is kept
+    # What happened before the cap is kept; what did not is -1.
+    assert trace.timeline[0].dispatched == 0 and trace.timeline[0].retired > 0
+    assert trace.timeline[-1].retired == -1
+
+
+def test_a_trace_records_at_most_its_iterations_and_refuses_unbounded_work(haswell):
+    block = haswell.parse_asm(PORT_BOUND)
+    assert len(haswell.trace(block, iterations=2, shown=5).timeline) == 2 * 4
+    assert haswell.trace(block, iterations=2, shown=0).timeline == []
+    for kw in ({"iterations": 0}, {"iterations": 10**6}, {"shown": 10**4}, {"cycle_cap": 2**31}):
+        with pytest.raises(ValueError, match="a trace needs"):
+            haswell.trace(block, **kw)
+
+
+def test_a_table_that_leaves_rows_to_llvm_is_explained_with_llvm_s_rows(haswell):
+    empty = ParamTable("haswell", haswell.llvm_version, haswell.default_table().globals, {})
+    zero_idiom = "xorl %eax, %eax\naddl %eax, %ebx\n" + PORT_BOUND  # a variant row: XOR32rr#CLASS
+    report, v = _view(haswell, zero_idiom, empty, against=haswell.default_table())
+    _, default = _view(haswell, zero_idiom)
+    assert v["bottleneck"] == default["bottleneck"] and v["cycles"] == default["cycles"]
+    assert report["changes"] == []
 
 
 def test_explain_command(tmp_path, monkeypatch):
@@ -204,8 +230,9 @@ def test_explain_command(tmp_path, monkeypatch):
         app, ["explain", "--asm", str(asm), "--params", str(tmp_path / "slow.json"), "--against", "default"]
     )
     assert out.exit_code == 0, out.output
-    assert "Timeline" in out.stdout and "[0,0]" in out.stdout and "VMULPSYrr" in out.stdout
-    assert "resource pressure per iteration" in out.stdout
+    assert "Timeline" in out.stdout and "[0,0]" in out.stdout and "resource pressure per iteration" in out.stdout
+    assert "rows of this block where" in out.stdout and "port:HWPort01[0] 1→0" in out.stdout
+    assert re.search(r"VMULPSYrr.*\+\d+", out.stdout)  # the effect of the change on the total
     as_json = runner.invoke(app, ["explain", "--hex", "4801d8", "--json", "--shown", "2"])
     assert as_json.exit_code == 0, as_json.output
     report = json.loads(as_json.stdout)
@@ -239,6 +266,13 @@ def test_explain_shows_the_measured_cycles_of_a_block_in_the_warehouse(tmp_path,
     assert found.exit_code == 0, found.output
     assert json.loads(found.stdout)["measured"] == 123.5
     text = runner.invoke(app, ["explain", "--hex", "4801d8"])
-    assert "measured: 123.5 cycles per 100 iterations" in text.stdout and "error vs measured" in text.stdout
+    assert "measured: 123.5 cycles per 100 iterations" in text.stdout
+    block = haswell.disassemble("4801d8")
+    cycles = haswell.simulate([block]).cycles[0]
+    assert f"{100 * (cycles - 123.5) / 123.5:+.1f}%" in text.stdout
+    # The error compares cycles per 100 iterations whatever --iterations is.
+    longer = runner.invoke(app, ["explain", "--hex", "4801d8", "--iterations", "1000"])
+    per_100 = haswell.simulate([block], iterations=1000).cycles[0] / 10
+    assert per_100 != cycles and f"{100 * (per_100 - 123.5) / 123.5:+.1f}%" in longer.stdout
     other_cpu = runner.invoke(app, ["explain", "--hex", "4801d8", "--mcpu", "skylake", "--json"])
     assert json.loads(other_cpu.stdout)["measured"] is None

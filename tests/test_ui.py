@@ -3,7 +3,6 @@ checks included), and the browser check takes its screenshots."""
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import screenshots
 from difftune_pipeline import ui
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,23 +75,7 @@ def test_ui_command_serves_the_pipeline(tmp_path):
 
 @pytest.mark.browser
 def test_screenshots_of_the_asset_graph_and_evaluation(tmp_path):
-    assert shutil.which("chromium"), "Debian's chromium is missing: `make test` installs it (make chromium)"
-    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "DIFFTUNE_WAREHOUSE": str(tmp_path / "w.duckdb")}
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "ui_screenshots.py"),
-            "--out",
-            str(tmp_path / "shots"),
-            "--wait-ms",
-            "8000",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    paths = [Path(line.split(": ", 1)[1]) for line in out.stdout.splitlines() if line.endswith(".png")]
+    env = {"DAGSTER_HOME": str(tmp_path / "home"), "DIFFTUNE_WAREHOUSE": str(tmp_path / "w.duckdb")}
+    paths = screenshots(tmp_path / "shots", "--wait-ms", "8000", env=env)
     assert {p.name for p in paths} >= {"asset_graph.png", "evaluation_asset.png"}
     assert all(p.stat().st_size > 10_000 for p in paths)

@@ -11,17 +11,17 @@ from rich.text import Text
 
 from difftune_pipeline.cli.common import USER_ERRORS, WarehouseOpt, app, console, fail, print_json
 from difftune_pipeline.cli.params import resolve_table
-from difftune_pipeline.cli.simulate import Iterations
+from difftune_pipeline.engine import MAX_SHOWN, MAX_TRACE_ITERATIONS
 from difftune_pipeline.ingest.blocks import block_id, canonical_hex, hex_problem
 from difftune_pipeline.warehouse import DEFAULT_PATH, queries
 
-# Colours of the wait causes, in the terminal and in the figures (reporting/plots.py).
-WAIT_STYLES = {
-    "register": "bold yellow",
-    "memory": "bold magenta",
-    "resource": "bold red",
-}
-STALL_STYLE = "on blue"  # a dispatch stall (ROB, scheduler, queues full...) before the instruction entered
+
+def _styles() -> tuple[dict[str, str], str]:
+    """A wait's character in its cause's colour; a dispatch stall as a coloured
+    background (its cells are blanks or dots). Imported late: it loads torch."""
+    from difftune_pipeline.reporting.explain import STALL_COLOUR, WAIT_COLOURS
+
+    return {cause: f"bold {colour}" for cause, colour in WAIT_COLOURS.items()}, f"on {STALL_COLOUR}"
 
 
 def _measured(hex_: str | None, mcpu: str, warehouse: Path) -> float | None:
@@ -34,18 +34,28 @@ def _timeline(view: dict) -> Text:
     from difftune_pipeline.engine.trace import last_cycle
     from difftune_pipeline.reporting.explain import LABEL_WIDTH, timeline_cells, timeline_entries, timeline_header
 
+    wait_styles, stall_style = _styles()
     entries = timeline_entries(view)
     out = Text("\n".join(timeline_header(last_cycle(entries))) + "\n")
     for (label, cells), asm in zip(timeline_cells(entries), view["row_asm"]):
         out.append(label.ljust(LABEL_WIDTH))
         for ch, cause in cells:
-            style = WAIT_STYLES.get(cause, STALL_STYLE) if cause else ""
+            style = wait_styles.get(cause, stall_style) if cause else ""
             out.append(ch, style=style)
         out.append("   " + asm + "\n")
     return out
 
 
+def _pressure(view: dict, reason: str) -> str:
+    """llvm-mca's rule: back-end pressure limited throughput only if dispatch ever stalled."""
+    b = view["bottleneck"]
+    return f"{b['backend_pressure_pct'][reason]:.2f}%" if b["dispatch_stalls"] else "- (no dispatch stall)"
+
+
 def _print(report: dict) -> None:
+    from difftune_pipeline.reporting.explain import change_text
+
+    wait_styles, stall_style = _styles()
     views = report["views"]
     console.print(f"-mcpu={report['mcpu']} (LLVM {report['llvm_version']}), {report['iterations']} iterations")
     for i, (asm, key) in enumerate(zip(report["asm"], report["row_keys"])):
@@ -62,7 +72,8 @@ def _print(report: dict) -> None:
         summary.add_column(Text(v["label"]), justify="right")
     rows = [("total cycles", lambda v: str(v["cycles"]) if v["cycles"] is not None else Text(v["status"]))]
     if measured is not None:
-        rows.append(("error vs measured", lambda v: f"{100 * (v['cycles'] - measured) / measured:+.1f}%"))
+        per_100 = 100 / report["iterations"]  # measurements are cycles per 100 iterations
+        rows.append(("error vs measured", lambda v: f"{100 * (v['cycles'] * per_100 - measured) / measured:+.1f}%"))
     ok = [v for v in views if v["cycles"] is not None]
     if ok:
         rows += [
@@ -79,8 +90,9 @@ def _print(report: dict) -> None:
                     f"({v['bottleneck']['busiest_unit_cycles_per_iteration']:.2f}/iteration)"
                 ),
             ),
+            ("dispatch stalls", lambda v: str(v["bottleneck"]["dispatch_stalls"])),
             *[
-                (f"back-end pressure: {k}", lambda v, k=k: f"{v['bottleneck']['backend_pressure_pct'][k]:.2f}%")
+                (f"back-end pressure: {k}", lambda v, k=k: _pressure(v, k))
                 for k in ("any", "resources", "registers", "memory")
             ],
             *[
@@ -96,13 +108,13 @@ def _print(report: dict) -> None:
         console.print(_timeline({**v, "row_asm": [report["asm"][e["index"]] for e in v["timeline"]]}))
     console.print(
         Text("= waiting: ")
-        + Text("register", WAIT_STYLES["register"])
+        + Text("register", wait_styles["register"])
         + Text(" · ")
-        + Text("memory", WAIT_STYLES["memory"])
+        + Text("memory", wait_styles["memory"])
         + Text(" · ")
-        + Text("resource busy", WAIT_STYLES["resource"])
+        + Text("resource busy", wait_styles["resource"])
         + Text(" · ")
-        + Text("dispatch stall", STALL_STYLE)
+        + Text("dispatch stall", stall_style)
     )
     if ok:
         pressure = Table(title="resource pressure per iteration")
@@ -122,15 +134,16 @@ def _print(report: dict) -> None:
         for asm, row in zip(report["asm"], ok[0]["pressure_by_instruction"]):
             by_inst.add_row(*(f"{row[j]:.2f}" if row[j] >= 0.005 else "-" for j in used), Text(asm))
         console.print(by_inst)
-    if "changes" in report:
+    if "changes" in report and report["changes"] is None:
+        console.print(Text(f"changes not computed: the {views[0]['label']} table's simulation failed"))
+    elif "changes" in report:
         changed = Table(title=f"rows of this block where {views[0]['label']} differs from {views[-1]['label']}")
         for col in ("row", "parameters", "cycles without this change", "effect on total"):
             changed.add_column(col, justify="left" if col in ("row", "parameters") else "right")
         for c in report["changes"]:
-            params = ", ".join(f"{p['param']}[{p['idx']}] {p['base']}→{p['value']}" for p in c["values"])
             changed.add_row(
                 Text(c["row"]),
-                Text(params),
+                Text(change_text(c)),
                 str(c["cycles_without"]) if c["cycles_without"] is not None else "-",
                 f"{c['effect']:+d}" if c["effect"] is not None else "-",
             )
@@ -150,14 +163,17 @@ def explain(
     against: Annotated[
         str | None, typer.Option(help="a second table to set beside it: 'default', 'learned', an id or a JSON file")
     ] = None,
-    iterations: Iterations = 100,
-    shown: Annotated[int, typer.Option(min=1, max=100, help="iterations shown on the timeline")] = 3,
+    iterations: Annotated[
+        int, typer.Option(min=1, max=MAX_TRACE_ITERATIONS, help="iterations to simulate (every one: no fast-forward)")
+    ] = 100,
+    shown: Annotated[int, typer.Option(min=1, max=MAX_SHOWN, help="iterations shown on the timeline")] = 3,
     warehouse: WarehouseOpt = DEFAULT_PATH,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """Why a block costs what it costs: total cycles, bottleneck, llvm-mca's timeline
     and resource pressure, and with --against the table rows of the block that
-    differ and how much each moves the total."""
+    differ and how much each moves the total. The measured cycles are looked up
+    for --hex blocks (assembly text has no encoding to look up)."""
     from difftune_pipeline.engine import Engine
     from difftune_pipeline.reporting.explain import explain as explain_block
 

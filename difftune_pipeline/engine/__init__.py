@@ -31,6 +31,8 @@ Block = _engine.Block
 DEFAULT_ITERATIONS = 100
 DEFAULT_CYCLE_CAP = 10_000_000
 DEFAULT_SHOWN = 10  # iterations a trace records instruction by instruction (llvm-mca's timeline default)
+MAX_SHOWN = 1000
+MAX_TRACE_ITERATIONS = 100_000  # a trace never fast-forwards: every iteration is simulated
 COMPILED_CACHE = 64  # compiled tables kept (each holds copies of the CPU's scheduling tables)
 
 __all__ = [
@@ -214,7 +216,10 @@ class Engine:
         """One block under one table with its events recorded: the timeline of the
         first ``shown`` iterations, resource pressure and back-end pressure over
         all ``iterations``. The cycles equal ``simulate``'s (no fast-forward)."""
-        if iterations < 1 or shown < 0:
-            raise ValueError("iterations must be at least 1 and shown at least 0")
+        if not (1 <= iterations <= MAX_TRACE_ITERATIONS and 0 <= shown <= MAX_SHOWN and 1 <= cycle_cap < 2**31):
+            raise ValueError(
+                f"a trace needs 1 <= iterations <= {MAX_TRACE_ITERATIONS}, 0 <= shown <= {MAX_SHOWN}"
+                " and 1 <= cycle_cap < 2**31"
+            )
         raw = self._native.trace(block, self.compile(table), iterations, shown, cycle_cap)
         return Trace.from_native(raw, max(len(block), 1), iterations)

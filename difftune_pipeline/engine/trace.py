@@ -58,7 +58,6 @@ class Trace:
     timeline: list[TimelineEntry]  # the first iterations, in program order
     pressure: np.ndarray  # (instructions + 1) × units, cycles per iteration; the last row is the block
     pressure_cycles: dict[str, int]  # cycles in which back-end pressure rose: any, resources, registers, memory
-    unit_pressure_cycles: dict[str, int]  # per unit: pressure cycles in which it was busy
     dispatch_stalls: int  # stall events of the dispatch stage; without any, pressure never limited throughput
 
     @classmethod
@@ -80,13 +79,8 @@ class Trace:
                 "registers": raw["register_pressure_cycles"],
                 "memory": raw["memory_pressure_cycles"],
             },
-            unit_pressure_cycles=dict(zip(raw["units"], raw["unit_pressure_cycles"])),
             dispatch_stalls=raw["dispatch_stalls"],
         )
-
-    @property
-    def last_cycle(self) -> int:
-        return last_cycle(self.timeline)
 
     def wait_cycles(self) -> dict[str, int]:
         """Instruction-cycles spent waiting over the recorded iterations, by cause."""

@@ -17,6 +17,11 @@ from difftune_pipeline.engine.table import GLOBAL_ROW, GLOBALS, diff
 from difftune_pipeline.engine.trace import TimelineEntry, last_cycle
 from difftune_pipeline.model.features import block_features
 
+# Colours of the wait causes, in the terminal and in the figures; any dispatch
+# stall (before the instruction entered the back end) is drawn in STALL_COLOUR.
+WAIT_COLOURS = {"register": "#e6ab02", "memory": "#b83dba", "resource": "#d62728"}
+STALL_COLOUR = "#1f77b4"
+
 # The timeline's characters, as llvm-mca prints them.
 DISPATCHED, WAITING, EXECUTING, EXECUTED, RETIRE_LAG, RETIRED = "D", "=", "e", "E", "-", "R"
 LABEL_WIDTH = 10  # llvm-mca pads "[iteration,index]" to this column
@@ -118,8 +123,13 @@ def view(engine: Engine, block, table: ParamTable, label: str, iterations: int, 
         "units": trace.units,
         "pressure_per_iteration": dict(zip(trace.units, trace.pressure[-1].tolist())),
         "pressure_by_instruction": trace.pressure[:-1].tolist(),
-        "unit_pressure_cycles": trace.unit_pressure_cycles,
     }
+
+
+def _complete(table: ParamTable, base: ParamTable) -> ParamTable:
+    """``table`` with the rows it leaves to LLVM spelled out from ``base`` (the CPU's
+    table with the block's variant resolutions): what the engine simulates."""
+    return ParamTable(table.mcpu, table.llvm_version, dict(table.globals), {**base.rows, **table.rows})
 
 
 def _with(table: ParamTable, other: ParamTable, key: str) -> ParamTable:
@@ -134,16 +144,15 @@ def _with(table: ParamTable, other: ParamTable, key: str) -> ParamTable:
 
 def changes(engine: Engine, block, table: ParamTable, against: ParamTable, cycles: int, iterations: int) -> list[dict]:
     """The rows of the block's opcodes (and the globals) where ``table`` differs from
-    ``against``, each with the total cycles once that change alone is undone."""
-    base = engine.default_table([block])
-    full = [ParamTable(t.mcpu, t.llvm_version, dict(t.globals), {**base.rows, **t.rows}) for t in (table, against)]
-    keys = [g for g in GLOBALS if full[0].globals[g] != full[1].globals[g]]
-    keys += sorted({k for k in block.row_keys if full[0].rows.get(k) != full[1].rows.get(k)})
+    ``against`` (both complete: see ``_complete``), each with the total cycles once
+    that change alone is undone."""
+    keys = [g for g in GLOBALS if table.globals[g] != against.globals[g]]
+    keys += sorted({k for k in block.row_keys if table.rows.get(k) != against.rows.get(k)})
     if not keys:
         return []
-    undone = [_with(full[0], full[1], k) for k in keys]
+    undone = [_with(table, against, k) for k in keys]
     result = engine.simulate_pairs([block], undone, [0] * len(keys), list(range(len(keys))), iterations=iterations)
-    values = diff(full[1], full[0])
+    values = diff(against, table)
     out = []
     for k, c, st in zip(keys, result.cycles.tolist(), result.status):
         rows = values.filter(values["opcode"] == (GLOBAL_ROW if k in GLOBALS else k))
@@ -175,7 +184,9 @@ def explain(
     with ``against``, the same under it and what the differences contribute."""
     if not block.ok:
         raise ValueError(f"cannot explain the block: {block.error}")
-    table = table or engine.default_table([block])
+    base = engine.default_table([block])
+    table = _complete(table, base) if table is not None else base
+    against = _complete(against, base) if against is not None else None
     out = {
         "mcpu": engine.mcpu,
         "llvm_version": engine.llvm_version,
@@ -186,9 +197,14 @@ def explain(
     }
     if against is not None:
         out["views"].append(view(engine, block, against, against_label, iterations, shown))
-        cycles = out["views"][0]["cycles"]
-        out["changes"] = changes(engine, block, table, against, cycles, iterations) if cycles is not None else []
+        cycles = out["views"][0]["cycles"]  # None: the table's own simulation failed, nothing to undo
+        out["changes"] = changes(engine, block, table, against, cycles, iterations) if cycles is not None else None
     return out
+
+
+def change_text(change: dict) -> str:
+    """A changed row's values, e.g. ``latency[0] 6→0, uops[0] 2→1``."""
+    return ", ".join(f"{p['param']}[{p['idx']}] {p['base']}→{p['value']}" for p in change["values"])
 
 
 def notable(frame: pl.DataFrame) -> list[tuple[str, str]]:

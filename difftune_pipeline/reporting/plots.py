@@ -11,7 +11,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import polars as pl
 
+from difftune_pipeline.engine.trace import WAIT_CAUSES
 from difftune_pipeline.model.metrics import mape
+from difftune_pipeline.reporting.explain import STALL_COLOUR, WAIT_COLOURS
 
 
 def predicted_vs_measured(frame: pl.DataFrame, title: str) -> bytes:
@@ -40,14 +42,16 @@ def predicted_vs_measured(frame: pl.DataFrame, title: str) -> bytes:
     return _png(fig)
 
 
+def data_uri(png: bytes) -> str:
+    """A PNG inlined as a URI: figures travel inside the report and the metadata."""
+    return f"data:image/png;base64,{base64.b64encode(png).decode()}"
+
+
 def markdown_image(png: bytes, alt: str) -> str:
-    """A PNG inlined as markdown (rendered by the Dagster UI and in the HTML report)."""
-    return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})"
+    """A PNG inlined as markdown (rendered by the Dagster UI)."""
+    return f"![{alt}]({data_uri(png)})"
 
 
-# Colours of the wait causes; a dispatch stall of any kind is drawn in STALL_COLOUR.
-WAIT_COLOURS = {"register": "#e6ab02", "memory": "#b83dba", "resource": "#d62728"}
-STALL_COLOUR = "#1f77b4"
 EXECUTING_COLOUR, RETIRE_LAG_COLOUR = "#2ca02c", "#d9d9d9"
 MAX_TIMELINE_ROWS = 48
 
@@ -75,7 +79,7 @@ def timeline(view: dict, asm: list[str], title: str) -> bytes:
     ax.tick_params(axis="y", labelsize=7)
     ax.grid(True, axis="x", alpha=0.3)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*WAIT_COLOURS.values(), STALL_COLOUR, EXECUTING_COLOUR)]
-    names = [f"waiting: {c}" for c in WAIT_COLOURS] + ["dispatch stall", "executing"]
+    names = [f"waiting: {WAIT_CAUSES[c]}" for c in WAIT_COLOURS] + ["dispatch stall", "executing"]
     ax.legend(handles, names, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7)
     return _png(fig)
 

@@ -6,7 +6,6 @@ are inlined, so the file can be mailed or archived."""
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 from datetime import UTC, datetime
@@ -17,7 +16,7 @@ import polars as pl
 from difftune_pipeline.engine import Engine
 from difftune_pipeline.reporting import plots
 from difftune_pipeline.reporting.compare import changed_parameters, compare, predicted_vs_measured
-from difftune_pipeline.reporting.explain import explain, notable
+from difftune_pipeline.reporting.explain import change_text, explain, notable
 from difftune_pipeline.warehouse import queries
 
 # The GPGPU-Sim validation on ML workloads (Khairy et al.) reports the simulator
@@ -79,7 +78,7 @@ def uarch_section(db, uarch: str, learned_id: str, default_id: str) -> str:
         )
     png = scatter_png(db, uarch, default_id, learned_id)
     if png is not None:
-        parts.append(f'<img alt="predicted vs measured" src="data:image/png;base64,{base64.b64encode(png).decode()}">')
+        parts.append(_img(png, "predicted vs measured"))
     parts += [
         "<h3>ML workloads</h3>",
         f"<p>Blocks from TensorFlow, Eigen and OpenBLAS against the rest (<code>ml:none</code>), beside the "
@@ -154,18 +153,24 @@ def explained_changes(e: dict) -> pl.DataFrame:
         [
             {
                 "row": c["row"],
-                "parameters": ", ".join(f"{p['param']}[{p['idx']}] {p['base']}→{p['value']}" for p in c["values"]),
+                "parameters": change_text(c),
                 "cycles_without": c["cycles_without"],
                 "effect": c["effect"],
             }
-            for c in e["explanation"].get("changes", [])[:TOP_CHANGES]
+            for c in (e["explanation"].get("changes") or [])[:TOP_CHANGES]
         ],
         schema={"row": pl.Utf8, "parameters": pl.Utf8, "cycles_without": pl.Int64, "effect": pl.Int64},
     )
 
 
 def _img(png: bytes, alt: str) -> str:
-    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+    return f'<img alt="{html.escape(alt)}" src="{plots.data_uri(png)}">'
+
+
+def _no_changes(why: dict) -> str:
+    if why.get("changes") is None:
+        return f"Not computed: the learned table's simulation failed ({why['views'][0]['status']})."
+    return "None: the tables agree on this block."
 
 
 def explained_html(e: dict) -> str:
@@ -175,7 +180,7 @@ def explained_html(e: dict) -> str:
         "<pre>" + html.escape("\n".join(why["asm"])) + "</pre>",
         table_html(explained_summary(e)),
         "<p>Rows of this block where the tables differ, with the cycles once that change alone is undone:</p>",
-        table_html(explained_changes(e)) if why.get("changes") else "<p>None: the tables agree on this block.</p>",
+        table_html(explained_changes(e)) if why.get("changes") else f"<p>{html.escape(_no_changes(why))}</p>",
         *(_img(png, f"timeline of {e['block_id']}") for png in e["timelines"]),
     ]
     if e["pressure"] is not None:

@@ -178,7 +178,6 @@ NB_MODULE(_engine, m) {
             D["resource_pressure_cycles"] = R.resource_pressure_cycles;
             D["register_pressure_cycles"] = R.register_pressure_cycles;
             D["memory_pressure_cycles"] = R.memory_pressure_cycles;
-            D["unit_pressure_cycles"] = R.unit_pressure_cycles;
             D["dispatch_stalls"] = R.dispatch_stalls;
             return D;
           },

@@ -96,7 +96,6 @@ struct Trace {
   // Cycles in which back-end pressure rose, and why (llvm-mca's bottleneck analysis).
   int64_t pressure_cycles = 0, resource_pressure_cycles = 0, register_pressure_cycles = 0,
           memory_pressure_cycles = 0;
-  std::vector<int64_t> unit_pressure_cycles;  // per unit: pressure cycles it was busy in
   int64_t dispatch_stalls = 0;  // stall events of the dispatch stage (llvm-mca reports pressure only if any)
 };
 

@@ -108,7 +108,7 @@ std::pair<int64_t, std::string> simulateOne(const EngineImpl &E, const BlockImpl
   const MonitorStage &M = *Monitor;
   std::unique_ptr<TraceListener> Tracer;
   if (Recorded)
-    Tracer = std::make_unique<TraceListener>(E, STI.getSchedModel(), Lowered.size(),
+    Tracer = std::make_unique<TraceListener>(STI.getSchedModel(), Lowered.size(),
                                              Lowered.size() * std::min(Shown, Iterations),
                                              *Recorded);
   auto P = buildPipeline(Ctx, S, *CB, std::move(Monitor), Tracer.get());
@@ -130,8 +130,13 @@ Trace Engine::trace(const Block &block, const Table &table, unsigned iterations,
   if (!block.impl || block.impl->Engine != impl_) throw std::invalid_argument("block from another engine");
   if (!table.impl || table.impl->Engine != impl_) throw std::invalid_argument("table from another engine");
   Trace Out;
-  std::tie(Out.cycles, Out.status) = simulateOne(*impl_, *block.impl, *table.impl, iterations,
-                                                 cycle_cap, /*FastForward=*/false, &Out, shown);
+  try {
+    std::tie(Out.cycles, Out.status) = simulateOne(*impl_, *block.impl, *table.impl, iterations,
+                                                   cycle_cap, /*FastForward=*/false, &Out, shown);
+  } catch (const std::exception &X) {
+    Out.cycles = -1;
+    Out.status = std::string("engine error: ") + X.what();
+  }
   return Out;
 }
 

@@ -4,9 +4,8 @@ using namespace llvm;
 
 namespace dt {
 
-TraceListener::TraceListener(const EngineImpl &E, const MCSchedModel &SM, size_t BlockSize,
-                             size_t Shown, Trace &Out)
-    : E(E), SM(SM), BlockSize(BlockSize), Shown(Shown), Out(Out) {
+TraceListener::TraceListener(const MCSchedModel &SM, size_t BlockSize, size_t Shown, Trace &Out)
+    : BlockSize(BlockSize), Shown(Shown), Out(Out) {
   // Units in llvm-mca's order: every resource that is not a group, unit by unit.
   FirstUnit.assign(SM.getNumProcResourceKinds(), ~0u);
   for (unsigned I = 1; I < SM.getNumProcResourceKinds(); ++I) {
@@ -19,7 +18,6 @@ TraceListener::TraceListener(const EngineImpl &E, const MCSchedModel &SM, size_t
   }
   Usage.resize(Out.units.size() * (BlockSize + 1));
   Out.timeline.resize(Shown);
-  Out.unit_pressure_cycles.assign(Out.units.size(), 0);
 }
 
 void TraceListener::wait(size_t Index, const char *Cause) {
@@ -34,6 +32,7 @@ void TraceListener::onEvent(const mca::HWInstructionEvent &Ev) {
     const auto &Issued = static_cast<const mca::HWInstructionIssuedEvent &>(Ev);
     const size_t Instr = Index % BlockSize;
     for (const auto &[Ref, Cycles] : Issued.UsedResources) {
+      if (Ref.first >= FirstUnit.size() || FirstUnit[Ref.first] == ~0u) continue;  // not a unit: never issued
       const unsigned Unit = FirstUnit[Ref.first] + countr_zero(Ref.second);
       Usage[Instr * Out.units.size() + Unit] += Cycles;
       Usage[BlockSize * Out.units.size() + Unit] += Cycles;
@@ -75,29 +74,10 @@ void TraceListener::onEvent(const mca::HWStallEvent &Ev) {
     wait(Index, Causes[Ev.Type]);
 }
 
-void TraceListener::unitsOf(unsigned Res, std::vector<unsigned> &Units) const {
-  const MCProcResourceDesc &R = *SM.getProcResource(Res);
-  if (R.SubUnitsIdxBegin) {
-    for (unsigned I = 0; I < R.NumUnits; ++I) unitsOf(R.SubUnitsIdxBegin[I], Units);
-  } else if (FirstUnit[Res] != ~0u) {
-    for (unsigned J = 0; J < R.NumUnits; ++J) Units.push_back(FirstUnit[Res] + J);
-  }
-}
-
 // Backend pressure, counted per cycle the way llvm-mca's bottleneck analysis does.
 void TraceListener::onEvent(const mca::HWPressureEvent &Ev) {
   switch (Ev.Reason) {
-    case mca::HWPressureEvent::RESOURCES: {
-      Resources = true;
-      std::vector<unsigned> Units;
-      for (unsigned Res = 1; Res < E.ResMask.size(); ++Res)
-        if (Ev.ResourceMask & (uint64_t(1) << mca::getResourceStateIndex(E.ResMask[Res])))
-          unitsOf(Res, Units);
-      std::sort(Units.begin(), Units.end());
-      Units.erase(std::unique(Units.begin(), Units.end()), Units.end());
-      for (unsigned U : Units) ++Out.unit_pressure_cycles[U];
-      break;
-    }
+    case mca::HWPressureEvent::RESOURCES: Resources = true; break;
     case mca::HWPressureEvent::REGISTER_DEPS: Registers = true; break;
     case mca::HWPressureEvent::MEMORY_DEPS: Memory = true; break;
     default: break;

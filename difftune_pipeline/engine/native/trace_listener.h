@@ -14,8 +14,6 @@
 namespace dt {
 
 class TraceListener final : public llvm::mca::HWEventListener {
-  const EngineImpl &E;
-  const llvm::MCSchedModel &SM;
   const size_t BlockSize, Shown;  // instructions per iteration; entries recorded
   Trace &Out;
   std::vector<unsigned> FirstUnit;                // per resource: index of its first unit (or ~0u)
@@ -26,11 +24,9 @@ class TraceListener final : public llvm::mca::HWEventListener {
   bool Resources = false, Registers = false, Memory = false;  // pressure reasons this cycle
 
   void wait(size_t Index, const char *Cause);
-  void unitsOf(unsigned Res, std::vector<unsigned> &Units) const;
 
  public:
-  TraceListener(const EngineImpl &E, const llvm::MCSchedModel &SM, size_t BlockSize, size_t Shown,
-                Trace &Out);
+  TraceListener(const llvm::MCSchedModel &SM, size_t BlockSize, size_t Shown, Trace &Out);
   void onEvent(const llvm::mca::HWInstructionEvent &Ev) override;
   void onEvent(const llvm::mca::HWStallEvent &Ev) override;
   void onEvent(const llvm::mca::HWPressureEvent &Ev) override;
