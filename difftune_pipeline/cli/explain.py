@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -49,7 +50,9 @@ def _timeline(view: dict) -> Text:
 def _pressure(view: dict, reason: str) -> str:
     """llvm-mca's rule: back-end pressure limited throughput only if dispatch ever stalled."""
     b = view["bottleneck"]
-    return f"{b['backend_pressure_pct'][reason]:.2f}%" if b["dispatch_stalls"] else "- (no dispatch stall)"
+    if not b["dispatch_stalls"]:
+        return "- (no dispatch stall)"
+    return f"{math.floor(b['backend_pressure_pct'][reason] * 100 + 0.5) / 100:.2f}%"  # rounded as llvm-mca does
 
 
 def _print(report: dict) -> None:

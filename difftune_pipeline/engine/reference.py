@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -99,10 +100,9 @@ def view_differences(trace: Trace, doc: dict, text: str) -> list[str]:
         if trace.pressure_cycles["any"] and trace.dispatch_stalls:
             out.append("back-end pressure where llvm-mca reports none")
     else:
-        got = [
-            float(f"{trace.pressure_cycles[k] * 100 / trace.cycles:.2f}")
-            for k in ("any", "resources", "registers", "memory")
-        ]
+        # Rounded as llvm-mca rounds them (half up: 90.625 prints 90.63).
+        percent = [trace.pressure_cycles[k] * 100 / trace.cycles for k in ("any", "resources", "registers", "memory")]
+        got = [float(f"{math.floor(p * 100 + 0.5) / 100:.2f}") for p in percent]
         if not trace.dispatch_stalls or got != percentages:
             out.append(f"bottleneck {got} (dispatch stalls {trace.dispatch_stalls}) vs {percentages}")
     return out
