@@ -64,7 +64,7 @@ def test_trace_equals_llvm_mca_timeline_resource_pressure_and_bottleneck_analysi
         assert all(r.startswith(m + "   ") for m, r in zip(timeline_text(trace.timeline), rows)), block.asm
         # Every '=' of the timeline has a cause: the operands until the instruction is ready, then resources.
         for e in trace.timeline:
-            after = {c: w for c, w in e.waits if c > e.dispatched}
+            after = {c: w for c, w in e.cause_by_cycle().items() if c > e.dispatched}
             assert sorted(after) == list(range(e.dispatched + 1, e.issued)), block.asm
             assert all((w == "resource") == (c >= e.ready) for c, w in after.items()), block.asm
         compared += 1
@@ -104,8 +104,9 @@ def test_memory_waits_and_dispatch_stalls_are_told_apart(haswell):
     # A long division chain fills the scheduler: later instructions cannot even be dispatched.
     _, full = _view(haswell, "vdivps %ymm0, %ymm1, %ymm1\n" + "addq $1, %rax\n" * 20, shown=20)
     assert full["wait_cycles"].get("scheduler-full", 0) > 0
-    stalled = [e for e in full["timeline"] if any(c < e["dispatched"] for c, _ in e["waits"])]
-    assert stalled and all(cause == "scheduler-full" for e in stalled for c, cause in e["waits"] if c < e["dispatched"])
+    stalled = [e for e in full["timeline"] if any(first < e["dispatched"] for first, _, _ in e["waits"])]
+    assert stalled
+    assert all(cause == "scheduler-full" for e in stalled for f, last, cause in e["waits"] if last < e["dispatched"])
 
 
 def test_against_lists_the_rows_that_differ_and_what_each_moves(haswell):
@@ -242,3 +243,54 @@ def test_the_comparison_with_llvm_mca_notices_a_difference(haswell):
     found = view_differences(haswell.trace(block, slower, iterations=ITERATIONS, shown=SHOWN), doc, text)
     assert any(f.startswith("cycles") for f in found) and any(f.startswith("timeline entry") for f in found)
     assert any(f.startswith("resource pressure") for f in found)
+
+
+def test_long_waits_are_stored_as_runs_of_cycles(haswell):
+    slow = haswell.default_table()
+    slow.rows["IMUL64rr"]["latency"] = [900]
+    trace = haswell.trace(haswell.parse_asm("imulq %rax, %rax\naddq $1, %rbx\n"), slow, iterations=20, shown=20)
+    waited = sum(last - first + 1 for e in trace.timeline for first, last, _ in e.waits)
+    assert waited > 100_000 and sum(len(e.waits) for e in trace.timeline) < 200  # thousands of cycles, a few runs
+    assert trace.wait_cycles()["register"] == sum(
+        last - first + 1 for e in trace.timeline for first, last, cause in e.waits if cause == "register"
+    )
+
+
+def test_explain_refuses_what_it_cannot_show(haswell):
+    block = haswell.parse_asm("addq $1, %rax\n" * 1001)
+    with pytest.raises(ValueError, match="at most 1000"):
+        explain(haswell, block)
+    with pytest.raises(ValueError, match="timeline rows"):
+        explain(haswell, haswell.parse_asm("addq $1, %rax\n" * 100), shown=51)
+    with pytest.raises(ValueError, match="NUL"):
+        haswell.parse_asm("\x00" * 100_000)
+
+
+def test_explain_command_resists_hostile_input(tmp_path, monkeypatch):
+    monkeypatch.setenv("DIFFTUNE_WAREHOUSE", str(tmp_path / "w.duckdb"))
+    runner = CliRunner()
+    for name, content in [("zeros.s", b"\x00" * 200_000), ("huge.s", b"addq $1, %rax\n" * 100_000)]:
+        (tmp_path / name).write_bytes(content)
+        out = runner.invoke(app, ["explain", "--asm", str(tmp_path / name)])
+        assert out.exit_code == 2 and out.output.startswith("error:"), out.output
+    # A file name or an instruction never becomes markup or terminal control.
+    table = Engine("haswell").default_table()
+    table.rows["ADD64rr"]["latency"] = [3]
+    (tmp_path / "y[").mkdir()
+    weird = tmp_path / "y[/red]\x1b[31m.json"  # in the folder "y["
+    table.to_json(weird)
+    (tmp_path / "esc.s").write_text('addq %rax, %rbx\njmp "\x1b]0;pwned\x07"\n')
+    out = runner.invoke(
+        app, ["explain", "--asm", str(tmp_path / "esc.s"), "--params", str(weird), "--against", "default"]
+    )
+    assert out.exit_code == 0, out.output
+    assert "\x1b" not in out.stdout and "y[/red]" in out.stdout and "\\x1b" in out.stdout
+    # Timeline rows are never wrapped, however narrow the terminal.
+    wide = runner.invoke(app, ["explain", "--hex", "4801d84889c3", "--shown", "40"], terminal_width=60)
+    rows = [line for line in wide.stdout.splitlines() if re.match(r"\[\d+,\d+\]", line)]
+    assert len(rows) == 80 and all(line.rstrip().endswith(("%rax", "%rbx")) for line in rows)
+    # The measured cycles: why there are none.
+    asm = runner.invoke(app, ["explain", "--asm", str(tmp_path / "esc.s"), "--json"])
+    assert json.loads(asm.stdout)["measured_note"].startswith("looked up for --hex blocks only")
+    busy = runner.invoke(app, ["explain", "--hex", "4801d8", "--warehouse", str(weird)])
+    assert busy.exit_code == 0 and "measured: unavailable" in busy.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
@@ -87,6 +88,33 @@ def plain(value: Any) -> str:
     if isinstance(value, dict | list | tuple | bytes | bytearray | memoryview):
         return json.dumps(_jsonable(value), allow_nan=False)
     return str(value)
+
+
+MAX_ASM_BYTES = 2**20  # a block's assembly; more is not a basic block
+MAX_CSV_BYTES = 2**28  # a file of blocks (BHive's largest is ~30 MB)
+
+
+def path_text(path: Path) -> str:
+    """A path as UTF-8 text even when its name is not (undecodable bytes escaped)."""
+    return str(path).encode("utf-8", "backslashreplace").decode()
+
+
+def read_input(path: Path, limit: int) -> str:
+    """A user's input file as text, read up to ``limit`` bytes: a device or a pipe
+    that never ends (``/dev/zero``) is refused, not read until memory runs out."""
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path_text(path)} is larger than {limit} bytes")
+    return data.decode("utf-8-sig", errors="replace")
+
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """Text with control characters escaped (``\\x1b``): input never drives the terminal."""
+    return CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
 
 
 def progress() -> Progress:

@@ -10,7 +10,18 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from difftune_pipeline.cli.common import USER_ERRORS, WarehouseOpt, app, console, fail, print_json
+from difftune_pipeline.cli.common import (
+    MAX_ASM_BYTES,
+    USER_ERRORS,
+    WarehouseOpt,
+    app,
+    console,
+    fail,
+    path_text,
+    print_json,
+    printable,
+    read_input,
+)
 from difftune_pipeline.cli.params import resolve_table
 from difftune_pipeline.engine import MAX_SHOWN, MAX_TRACE_ITERATIONS
 from difftune_pipeline.ingest.blocks import block_id, canonical_hex, hex_problem
@@ -25,10 +36,18 @@ def _styles() -> tuple[dict[str, str], str]:
     return {cause: f"bold {colour}" for cause, colour in WAIT_COLOURS.items()}, f"on {STALL_COLOUR}"
 
 
-def _measured(hex_: str | None, mcpu: str, warehouse: Path) -> float | None:
-    if hex_ is None or not warehouse.is_file():
-        return None
-    return queries.measured_throughput(warehouse, block_id(canonical_hex(hex_)), mcpu)
+def _measured(hex_: str | None, mcpu: str, warehouse: Path) -> tuple[float | None, str]:
+    """The block's measured cycles per 100 iterations, and why there are none. The
+    lookup is optional: a warehouse that is busy or unreadable leaves it out."""
+    if hex_ is None:
+        return None, "looked up for --hex blocks only (assembly text has no encoding)"
+    if not warehouse.is_file():
+        return None, f"no warehouse at {path_text(warehouse)}"
+    try:
+        found = queries.measured_throughput(warehouse, block_id(canonical_hex(hex_)), mcpu)
+    except USER_ERRORS as exc:
+        return None, f"unavailable ({str(exc).splitlines()[0]})"
+    return found, "" if found is not None else f"not in the warehouse for -mcpu={mcpu}"
 
 
 def _timeline(view: dict) -> Text:
@@ -43,7 +62,7 @@ def _timeline(view: dict) -> Text:
         for ch, cause in cells:
             style = wait_styles.get(cause, stall_style) if cause else ""
             out.append(ch, style=style)
-        out.append("   " + asm + "\n")
+        out.append("   " + printable(asm) + "\n")
     return out
 
 
@@ -62,18 +81,20 @@ def _print(report: dict) -> None:
     views = report["views"]
     console.print(f"-mcpu={report['mcpu']} (LLVM {report['llvm_version']}), {report['iterations']} iterations")
     for i, (asm, key) in enumerate(zip(report["asm"], report["row_keys"])):
-        console.print(Text(f"  {i}. {asm}   [{key}]"))
+        console.print(Text(f"  {i}. {printable(asm)}   [{key}]"))
     measured = report.get("measured")
     console.print(
-        f"measured: {measured:g} cycles per 100 iterations"
-        if measured is not None
-        else "measured: not in the warehouse for this CPU"
+        Text(
+            f"measured: {measured:g} cycles per 100 iterations"
+            if measured is not None
+            else f"measured: {printable(report['measured_note'])}"
+        )
     )
     summary = Table(title="cycles and bottleneck")
     summary.add_column("")
     for v in views:
         summary.add_column(Text(v["label"]), justify="right")
-    rows = [("total cycles", lambda v: str(v["cycles"]) if v["cycles"] is not None else Text(v["status"]))]
+    rows = [("total cycles", lambda v: str(v["cycles"]) if v["cycles"] is not None else Text(printable(v["status"])))]
     if measured is not None:
         per_100 = 100 / report["iterations"]  # measurements are cycles per 100 iterations
         rows.append(("error vs measured", lambda v: f"{100 * (v['cycles'] * per_100 - measured) / measured:+.1f}%"))
@@ -107,8 +128,9 @@ def _print(report: dict) -> None:
         summary.add_row(name, *(cell(v) if v["cycles"] is not None or name == "total cycles" else "-" for v in views))
     console.print(summary)
     for v in ok:
-        console.print(Text(f"\nTimeline ({v['label']}), the first iterations:", style="bold"))
-        console.print(_timeline({**v, "row_asm": [report["asm"][e["index"]] for e in v["timeline"]]}))
+        console.print(Text(f"\nTimeline ({v['label']}), the first iterations:", style="bold"), soft_wrap=True)
+        # Rows as long as the timeline is wide: never wrapped, whatever the terminal.
+        console.print(_timeline({**v, "row_asm": [report["asm"][e["index"]] for e in v["timeline"]]}), soft_wrap=True)
     console.print(
         Text("= waiting: ")
         + Text("register", wait_styles["register"])
@@ -129,25 +151,25 @@ def _print(report: dict) -> None:
             if any(x >= 0.005 for x in values):
                 pressure.add_row(unit, *(f"{x:.2f}" if x >= 0.005 else "-" for x in values))
         console.print(pressure)
-        by_inst = Table(title=f"resource pressure by instruction ({ok[0]['label']})")
+        by_inst = Table(title=Text(f"resource pressure by instruction ({ok[0]['label']})"))
         used = [j for j, u in enumerate(ok[0]["units"]) if ok[0]["pressure_per_iteration"][u] >= 0.005]
         for j in used:
             by_inst.add_column(ok[0]["units"][j], justify="right")
         by_inst.add_column("instruction")
         for asm, row in zip(report["asm"], ok[0]["pressure_by_instruction"]):
-            by_inst.add_row(*(f"{row[j]:.2f}" if row[j] >= 0.005 else "-" for j in used), Text(asm))
+            by_inst.add_row(*(f"{row[j]:.2f}" if row[j] >= 0.005 else "-" for j in used), Text(printable(asm)))
         console.print(by_inst)
     if "changes" in report and report["changes"] is None:
         console.print(Text(f"changes not computed: the {views[0]['label']} table's simulation failed"))
     elif "changes" in report:
-        changed = Table(title=f"rows of this block where {views[0]['label']} differs from {views[-1]['label']}")
+        changed = Table(title=Text(f"rows of this block where {views[0]['label']} differs from {views[-1]['label']}"))
         for col in ("row", "parameters", "cycles without this change", "effect on total"):
             changed.add_column(col, justify="left" if col in ("row", "parameters") else "right")
         for c in report["changes"]:
             changed.add_row(
                 Text(c["row"]),
                 Text(change_text(c)),
-                str(c["cycles_without"]) if c["cycles_without"] is not None else "-",
+                str(c["cycles_without"]) if c["cycles_without"] is not None else Text(printable(c["status"])),
                 f"{c['effect']:+d}" if c["effect"] is not None else "-",
             )
         console.print(changed if report["changes"] else "the two tables agree on every row of this block")
@@ -191,12 +213,16 @@ def explain(
         block = (
             engine.disassemble(canonical_hex(hex_))
             if hex_ is not None
-            else engine.parse_asm(asm.read_text(encoding="utf-8-sig", errors="replace"))
+            else engine.parse_asm(read_input(asm, MAX_ASM_BYTES))
         )
         if params is not None and not params.is_file():
-            raise ValueError(f"{params} is not a file")
-        label, chosen = resolve_table(str(params) if params else table or "default", mcpu, warehouse)
+            raise ValueError(f"{path_text(params)} is not a file")
+        label, chosen = resolve_table(
+            str(params) if params else table if table is not None else "default", mcpu, warehouse
+        )
+        label = printable(path_text(Path(label)))  # a file name as a label: never markup or control bytes
         other = resolve_table(against, mcpu, warehouse) if against is not None else (None, None)
+        other = (printable(path_text(Path(other[0]))), other[1]) if against is not None else other
         for name, t in ((label, chosen), other):
             if t is not None and t.mcpu != mcpu:
                 raise ValueError(f"{name} is a table of -mcpu={t.mcpu}, not {mcpu}")
@@ -210,7 +236,7 @@ def explain(
             iterations=iterations,
             shown=shown,
         )
-        report["measured"] = _measured(hex_, mcpu, warehouse)
+        report["measured"], report["measured_note"] = _measured(hex_, mcpu, warehouse)
     except USER_ERRORS as exc:
         raise fail(exc) from None
     if as_json:

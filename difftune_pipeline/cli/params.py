@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from difftune_pipeline.cli.common import USER_ERRORS, WarehouseOpt, console, fail, params_app
+from difftune_pipeline.cli.common import USER_ERRORS, WarehouseOpt, console, fail, params_app, path_text
 from difftune_pipeline.warehouse import DEFAULT_PATH, queries, writer
 
 
@@ -29,11 +29,6 @@ def resolve_table(ref: str, mcpu: str, warehouse: Path):
             raise KeyError(f"no learned table for -mcpu={mcpu} in {warehouse}")
         ref = latest
     return ref, queries.load_table(warehouse, ref)
-
-
-def _text(path: Path) -> str:
-    """A path as UTF-8 text even when its name is not (undecodable bytes escaped)."""
-    return str(path).encode("utf-8", "backslashreplace").decode()
 
 
 TableRef = Annotated[
@@ -88,7 +83,9 @@ def params_import(
             mine = (table.mcpu, table.llvm_version, table.to_frame().sort(["opcode", "param", "idx"]))
             if stored is not None and (stored[:2] != mine[:2] or not stored[3].equals(mine[2])):
                 raise ValueError(f"table id {table_id!r} already holds a different table: choose another --id")
-            new = queries.save_table(con, table_id, table, kind="imported", note=note or f"imported from {_text(file)}")
+            new = queries.save_table(
+                con, table_id, table, kind="imported", note=note or f"imported from {path_text(file)}"
+            )
     except USER_ERRORS as exc:
         raise fail(exc) from None
     console.print(

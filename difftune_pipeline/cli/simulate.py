@@ -9,7 +9,19 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from difftune_pipeline.cli.common import CHUNK, USER_ERRORS, app, console, fail, print_json, progress
+from difftune_pipeline.cli.common import (
+    CHUNK,
+    MAX_ASM_BYTES,
+    MAX_CSV_BYTES,
+    USER_ERRORS,
+    app,
+    console,
+    fail,
+    path_text,
+    print_json,
+    progress,
+    read_input,
+)
 from difftune_pipeline.ingest.batches import THROUGHPUT_BOUNDS, parse_number
 from difftune_pipeline.ingest.blocks import canonical_hex, hex_problem
 
@@ -21,7 +33,7 @@ def _read_inputs(csv: Path | None, hex_: list[str] | None, asm: Path | None):
     """(label, hex or None, asm text or None, measured or None, problem or None) per input."""
     items = []
     if csv is not None:
-        text = csv.read_text(encoding="utf-8-sig", errors="replace")
+        text = read_input(csv, MAX_CSV_BYTES)
         for line_no, line in enumerate(text.split("\n"), start=1):  # only \n ends a line, as in ingestion
             line = line.removesuffix("\r")
             if not line.strip():
@@ -40,7 +52,7 @@ def _read_inputs(csv: Path | None, hex_: list[str] | None, asm: Path | None):
     for h in hex_ or []:
         items.append((h, h, None, None, hex_problem(canonical_hex(h))))
     if asm is not None:
-        items.append((str(asm), None, asm.read_text(encoding="utf-8-sig", errors="replace"), None, None))
+        items.append((path_text(asm), None, read_input(asm, MAX_ASM_BYTES), None, None))
     if not items:
         raise typer.BadParameter("give --csv, --hex or --asm")
     return items

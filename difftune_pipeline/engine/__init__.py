@@ -90,6 +90,10 @@ class Engine:
         return self._native.disassemble_many([h.strip().lower() for h in hexes])
 
     def parse_asm(self, text: str) -> Block:
+        """AT&T assembly text as a block. NUL bytes are refused: LLVM's lexer recurses
+        on each one and a long run of them overflows the stack."""
+        if "\x00" in text:
+            raise ValueError("assembly text contains NUL bytes")
         return self._native.parse_asm(text)
 
     # ---- tables -----------------------------------------------------------

@@ -41,7 +41,11 @@ class TimelineEntry:
     issued: int
     executed: int
     retired: int
-    waits: tuple[tuple[int, str], ...]  # (cycle, cause) for every cycle it waited
+    waits: tuple[tuple[int, int, str], ...]  # (first cycle, last cycle, cause) of each run of waiting
+
+    def cause_by_cycle(self) -> dict[int, str]:
+        """Why it waited, cycle by cycle."""
+        return {c: cause for first, last, cause in self.waits for c in range(first, last + 1)}
 
 
 def last_cycle(timeline: list[TimelineEntry]) -> int:
@@ -63,7 +67,7 @@ class Trace:
     @classmethod
     def from_native(cls, raw: dict, block_size: int, iterations: int) -> Trace:
         timeline = [
-            TimelineEntry(i // block_size, i % block_size, *cycles, tuple((c, w) for c, w in waits))
+            TimelineEntry(i // block_size, i % block_size, *cycles, tuple(tuple(w) for w in waits))
             for i, (*cycles, waits) in enumerate(raw["timeline"])
         ]
         return cls(
@@ -84,4 +88,8 @@ class Trace:
 
     def wait_cycles(self) -> dict[str, int]:
         """Instruction-cycles spent waiting over the recorded iterations, by cause."""
-        return dict(Counter(cause for e in self.timeline for _, cause in e.waits).most_common())
+        counts = Counter()
+        for e in self.timeline:
+            for first, last, cause in e.waits:
+                counts[cause] += last - first + 1
+        return dict(counts.most_common())

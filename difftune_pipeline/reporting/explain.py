@@ -25,6 +25,8 @@ STALL_COLOUR = "#1f77b4"
 # The timeline's characters, as llvm-mca prints them.
 DISPATCHED, WAITING, EXECUTING, EXECUTED, RETIRE_LAG, RETIRED = "D", "=", "e", "E", "-", "R"
 LABEL_WIDTH = 10  # llvm-mca pads "[iteration,index]" to this column
+MAX_INSTRUCTIONS = 1000  # the bottleneck's dependency chains grow with the square of the block
+MAX_TIMELINE_ROWS = 5000  # instructions × iterations shown: a timeline beyond that is unreadable
 
 
 def timeline_cells(timeline: list[TimelineEntry]) -> list[tuple[str, list[tuple[str, str | None]]]]:
@@ -34,7 +36,7 @@ def timeline_cells(timeline: list[TimelineEntry]) -> list[tuple[str, list[tuple[
     last = last_cycle(timeline)
     rows = []
     for e in timeline:
-        waits = dict(e.waits)
+        waits = e.cause_by_cycle()
         cells: list[tuple[str, str | None]] = [("." if c % 5 == 0 else " ", waits.get(c)) for c in range(e.dispatched)]
         cells.append((DISPATCHED, None))
         if e.dispatched != e.executed:
@@ -119,7 +121,6 @@ def view(engine: Engine, block, table: ParamTable, label: str, iterations: int, 
             }
             for e in trace.timeline
         ],
-        "timeline_text": timeline_text(trace.timeline),
         "units": trace.units,
         "pressure_per_iteration": dict(zip(trace.units, trace.pressure[-1].tolist())),
         "pressure_by_instruction": trace.pressure[:-1].tolist(),
@@ -164,9 +165,10 @@ def changes(engine: Engine, block, table: ParamTable, against: ParamTable, cycle
                 "values": rows.select("param", "idx", "base", "value").to_dicts(),
                 "cycles_without": int(c) if st == "ok" else None,
                 "effect": cycles - int(c) if st == "ok" else None,
+                "status": st,
             }
         )
-    return sorted(out, key=lambda r: -abs(r["effect"] or 0))
+    return sorted(out, key=lambda r: (r["effect"] is None, -abs(r["effect"] or 0)))  # failed ones last
 
 
 def explain(
@@ -184,6 +186,13 @@ def explain(
     with ``against``, the same under it and what the differences contribute."""
     if not block.ok:
         raise ValueError(f"cannot explain the block: {block.error}")
+    if len(block) > MAX_INSTRUCTIONS:
+        raise ValueError(f"cannot explain a block of {len(block)} instructions: at most {MAX_INSTRUCTIONS}")
+    if shown * len(block) > MAX_TIMELINE_ROWS:
+        raise ValueError(
+            f"{shown} iterations of {len(block)} instructions is more than {MAX_TIMELINE_ROWS} timeline rows:"
+            " show fewer iterations"
+        )
     base = engine.default_table([block])
     table = _complete(table, base) if table is not None else base
     against = _complete(against, base) if against is not None else None

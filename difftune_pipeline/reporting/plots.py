@@ -64,8 +64,8 @@ def timeline(view: dict, asm: list[str], title: str) -> bytes:
     last = max((e["retired"] for e in entries), default=0) + 1
     fig, ax = plt.subplots(figsize=(min(18, 4 + 0.22 * last), 1 + 0.28 * len(entries)))
     for row, e in enumerate(entries):
-        for cycle, cause in e["waits"]:
-            ax.broken_barh([(cycle, 1)], (row - 0.4, 0.8), color=WAIT_COLOURS.get(cause, STALL_COLOUR))
+        for first, last, cause in e["waits"]:
+            ax.broken_barh([(first, last - first + 1)], (row - 0.4, 0.8), color=WAIT_COLOURS.get(cause, STALL_COLOUR))
         if e["executed"] > e["issued"]:
             ax.broken_barh([(e["issued"], e["executed"] - e["issued"])], (row - 0.4, 0.8), color=EXECUTING_COLOUR)
         if e["retired"] > e["executed"] + 1:

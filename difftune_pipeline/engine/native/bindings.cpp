@@ -165,9 +165,12 @@ NB_MODULE(_engine, m) {
               R = E.trace(B, T, Iterations, Shown, CycleCap);
             }
             nb::list Timeline;
-            for (const auto &En : R.timeline)
+            for (const auto &En : R.timeline) {
+              nb::list Waits;
+              for (const auto &W : En.waits) Waits.append(nb::make_tuple(W.first, W.last, W.cause));
               Timeline.append(nb::make_tuple(En.dispatched, En.ready, En.issued, En.executed,
-                                             En.retired, En.waits));
+                                             En.retired, Waits));
+            }
             nb::dict D;
             D["cycles"] = R.cycles;
             D["status"] = R.status;

@@ -78,12 +78,19 @@ struct SimResult {
   std::vector<std::string> status;  // "ok" or a reason
 };
 
+// Cycles first..last in which an instruction waited for one cause.
+struct Wait {
+  int first = 0, last = 0;
+  std::string cause;
+};
+
 // One instruction of one iteration as MCA's events saw it: the cycles of
 // llvm-mca's timeline view (-1: not reached), and why it waited in each cycle
-// it did (before dispatch: a dispatch stall; after: register, memory, resource).
+// it did (before dispatch: a dispatch stall; after: register, memory, resource),
+// as runs of cycles, so that a long wait costs one entry.
 struct TraceEntry {
   int dispatched = -1, ready = -1, issued = -1, executed = -1, retired = -1;
-  std::vector<std::pair<int, std::string>> waits;
+  std::vector<Wait> waits;
 };
 
 // One block simulated under one table, with its events recorded.

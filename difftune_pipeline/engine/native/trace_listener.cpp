@@ -22,7 +22,11 @@ TraceListener::TraceListener(const MCSchedModel &SM, size_t BlockSize, size_t Sh
 
 void TraceListener::wait(size_t Index, const char *Cause) {
   auto &W = Out.timeline[Index].waits;
-  if (W.empty() || W.back().first != Cycle) W.push_back({Cycle, Cause});
+  if (!W.empty() && W.back().last == Cycle) return;  // one cause per cycle: the first told
+  if (!W.empty() && W.back().last == Cycle - 1 && W.back().cause == Cause)
+    W.back().last = Cycle;
+  else
+    W.push_back({Cycle, Cycle, Cause});
 }
 
 void TraceListener::onEvent(const mca::HWInstructionEvent &Ev) {
