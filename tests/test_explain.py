@@ -294,3 +294,12 @@ def test_explain_command_resists_hostile_input(tmp_path, monkeypatch):
     assert json.loads(asm.stdout)["measured_note"].startswith("looked up for --hex blocks only")
     busy = runner.invoke(app, ["explain", "--hex", "4801d8", "--warehouse", str(weird)])
     assert busy.exit_code == 0 and "measured: unavailable" in busy.stdout
+
+
+def test_a_notable_block_that_cannot_be_explained_is_reported_with_its_reason():
+    from difftune_pipeline.defs.metadata import explained
+    from difftune_pipeline.reporting.report import explained_html
+
+    entry = {"case": "worst remaining", "block_id": "b1", "hex": "4801d8", "error": "cannot explain <this>"}
+    assert "cannot explain &lt;this&gt;" in explained_html(entry)
+    assert "cannot explain <this>" in explained(entry).value

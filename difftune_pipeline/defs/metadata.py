@@ -33,6 +33,8 @@ def _markdown_text(frame: pl.DataFrame) -> str:
 def explained(e: dict) -> dg.MetadataValue:
     """A notable block explained (reporting.report.explained_blocks): its code, the
     cycles and bottleneck per table, the rows that differ, its figures."""
+    if "error" in e:
+        return dg.MetadataValue.md(f"**{e['case']}**: block `{e['block_id']}`: {e['error']}")
     parts = [
         f"**{e['case']}**: block `{e['block_id']}`",
         "```\n" + "\n".join(e["explanation"]["asm"]) + "\n```",

@@ -107,9 +107,13 @@ def explained_blocks(db, engine: Engine, uarch: str, default_id: str, learned_id
     for case, block_id in cases:
         row = test.filter(pl.col("block_id") == block_id).row(0, named=True)
         block = engine.disassemble(row["hex"])
-        why = explain(
-            engine, block, learned, label="learned", against=default, against_label="default", shown=EXPLAINED_ROWS
-        )
+        try:
+            why = explain(
+                engine, block, learned, label="learned", against=default, against_label="default", shown=EXPLAINED_ROWS
+            )
+        except ValueError as exc:  # a block too long to explain: said, not skipped
+            out.append({"case": case, "block_id": block_id, "hex": row["hex"], "error": str(exc)})
+            continue
         why["measured"] = row["cycles_per_100"]
         views = [v for v in why["views"] if v["cycles"] is not None]
         title = f"{case}: block {block_id[:12]}"
@@ -174,9 +178,12 @@ def _no_changes(why: dict) -> str:
 
 
 def explained_html(e: dict) -> str:
+    head = f"<h4>{html.escape(e['case'])}: block <code>{html.escape(e['block_id'])}</code></h4>"
+    if "error" in e:
+        return f"{head}<p>{html.escape(e['error'])}</p>"
     why = e["explanation"]
     parts = [
-        f"<h4>{html.escape(e['case'])}: block <code>{html.escape(e['block_id'])}</code></h4>",
+        head,
         "<pre>" + html.escape("\n".join(why["asm"])) + "</pre>",
         table_html(explained_summary(e)),
         "<p>Rows of this block where the tables differ, with the cycles once that change alone is undone:</p>",
