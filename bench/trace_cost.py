@@ -1,6 +1,7 @@
-"""What recording events costs: simulation speed with recording off against the
-engine of another commit (default: the one before traces existed), built beside
-this one, and the speed of traces (recording on), side by side in one run.
+"""What recording events costs: the engine's simulation with recording off
+against the engine of another commit (default: the one before traces existed),
+and traces (recording on), side by side in one run; also ``Engine.simulate``
+from Python, table compilation included.
 
     .venv/bin/python bench/trace_cost.py [--baseline 27c031d] [--blocks 500] [--rounds 5] [--data ../shared/data]
 
@@ -24,14 +25,21 @@ from common import ROOT, add_data_argument, bhive_rows
 # Run in a fresh process against one checkout: blocks/s of simulate() (and of trace()).
 TIMING = """
 import json, sys, time
-sys.path.insert(0, sys.argv[1])
+if sys.argv[4] == "1":  # another checkout: bypass the editable install's finder, which serves this tree
+    sys.meta_path = [f for f in sys.meta_path if not type(f).__module__.startswith("_editable_")]
+    sys.path.insert(0, sys.argv[1])
+import difftune_pipeline
+assert difftune_pipeline.__file__.startswith(sys.argv[1]), difftune_pipeline.__file__
 from difftune_pipeline.engine import Engine
 hexes, mcpu, trace = json.loads(sys.stdin.read()), sys.argv[2], sys.argv[3] == "1"
 engine = Engine(mcpu)
 blocks = [engine.parse_asm("\\n".join(b.asm)) for b in engine.disassemble_many(hexes)]
-engine.compile(None)
-t = time.perf_counter(); cycles = engine.simulate(blocks, threads=1).cycles.tolist(); off = time.perf_counter() - t
-out = {"off": len(blocks) / off, "cycles": cycles}
+table, n = engine.compile(None), len(blocks)
+t = time.perf_counter()
+cycles, _ = engine._native.simulate(blocks, [table], list(range(n)), [0] * n, 100, 1, 10_000_000, False)
+native = time.perf_counter() - t
+t = time.perf_counter(); engine.simulate(blocks, threads=1); whole = time.perf_counter() - t
+out = {"off": n / native, "whole": n / whole, "cycles": list(cycles)}
 if trace:
     t = time.perf_counter(); traced = [engine.trace(b).cycles for b in blocks]; on = time.perf_counter() - t
     out.update(on=len(blocks) / on, traced=[c if c is not None else -1 for c in traced])
@@ -59,7 +67,7 @@ def build_baseline(ref: str, where: Path) -> Path:
 
 def timed(tree: Path, hexes: list[str], mcpu: str, trace: bool) -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", TIMING, str(tree), mcpu, "1" if trace else "0"],
+        [sys.executable, "-c", TIMING, str(tree), mcpu, "1" if trace else "0", "0" if tree == ROOT else "1"],
         input=json.dumps(hexes),
         capture_output=True,
         text=True,
@@ -89,11 +97,23 @@ def main() -> None:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(Path(tmp) / "baseline")])
     assert all(r["cycles"] == before[0]["cycles"] for r in now + before), "engines disagree on cycles"
     assert all(r["traced"] == r["cycles"] for r in now), "trace cycles differ from simulate"
-    off, base, on = (statistics.median(r[k] for r in rs) for rs, k in ((now, "off"), (before, "off"), (now, "on")))
+    median = {
+        (who, k): statistics.median(r[k] for r in rs)
+        for who, rs in (("now", now), ("before", before))
+        for k in ("off", "whole", "on")
+        if k in rs[0]
+    }
+    off, base = median["now", "off"], median["before", "off"]
     print(f"{len(hexes)} blocks, -mcpu={args.mcpu}, 100 iterations, 1 thread, median of {args.rounds} rounds")
-    print(f"baseline {args.baseline} simulate : {base:8.1f} blocks/s")
-    print(f"this tree simulate (recording off): {off:8.1f} blocks/s   ratio to baseline {off / base:.3f}")
-    print(f"this tree trace (recording on)    : {on:8.1f} blocks/s   ratio to recording off {on / off:.3f}")
+    print("the engine's simulate (C++, table compiled beforehand):")
+    print(f"  baseline {args.baseline}          : {base:8.1f} blocks/s")
+    print(f"  this tree, recording off  : {off:8.1f} blocks/s   ratio to baseline {off / base:.3f}")
+    print(
+        f"  this tree, trace (recording on, one call per block): {median['now', 'on']:8.1f} blocks/s   "
+        f"ratio to recording off {median['now', 'on'] / off:.3f}"
+    )
+    print("Engine.simulate from Python (compiling LLVM's table included):")
+    print(f"  baseline {median['before', 'whole']:8.1f} blocks/s, this tree {median['now', 'whole']:8.1f} blocks/s")
     print("identical cycles: baseline, recording off and recording on")
 
 
