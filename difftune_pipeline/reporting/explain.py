@@ -134,13 +134,13 @@ def _complete(table: ParamTable, base: ParamTable) -> ParamTable:
 
 
 def _with(table: ParamTable, other: ParamTable, key: str) -> ParamTable:
-    """``table`` with one row (or global) taken from ``other``."""
-    out = table.copy()
+    """``table`` with one row (or global) taken from ``other`` (rows are shared, not copied)."""
+    globals_, rows = dict(table.globals), dict(table.rows)
     if key in GLOBALS:
-        out.globals[key] = other.globals[key]
+        globals_[key] = other.globals[key]
     else:
-        out.rows[key] = other.rows[key]
-    return out
+        rows[key] = other.rows[key]
+    return ParamTable(table.mcpu, table.llvm_version, globals_, rows)
 
 
 def changes(engine: Engine, block, table: ParamTable, against: ParamTable, cycles: int, iterations: int) -> list[dict]:
