@@ -61,8 +61,8 @@ def timeline(view: dict, asm: list[str], title: str) -> bytes:
     iteration, one column per cycle; waits coloured by cause, execution in green,
     the wait to retire in grey; D and R mark dispatch and retirement."""
     entries = view["timeline"][:MAX_TIMELINE_ROWS]
-    last = max((e["retired"] for e in entries), default=0) + 1
-    fig, ax = plt.subplots(figsize=(min(18, 4 + 0.22 * last), 1 + 0.28 * len(entries)))
+    width = max((e["retired"] for e in entries), default=0) + 1
+    fig, ax = plt.subplots(figsize=(min(18, 4 + 0.22 * width), 1 + 0.28 * len(entries)))
     for row, e in enumerate(entries):
         for first, last, cause in e["waits"]:
             ax.broken_barh([(first, last - first + 1)], (row - 0.4, 0.8), color=WAIT_COLOURS.get(cause, STALL_COLOUR))
@@ -75,7 +75,7 @@ def timeline(view: dict, asm: list[str], title: str) -> bytes:
         ax.text(e["dispatched"] + 0.5, row, "D", ha="center", va="center", fontsize=7)
         ax.text(e["retired"] + 0.5, row, "R", ha="center", va="center", fontsize=7)
     ax.set_yticks(range(len(entries)), [f"[{e['iteration']},{e['index']}] {asm[e['index']][:36]}" for e in entries])
-    ax.set(xlim=(0, last), ylim=(len(entries) - 0.5, -0.5), xlabel="cycle", title=title)
+    ax.set(xlim=(0, width), ylim=(len(entries) - 0.5, -0.5), xlabel="cycle", title=title)
     ax.tick_params(axis="y", labelsize=7)
     ax.grid(True, axis="x", alpha=0.3)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*WAIT_COLOURS.values(), STALL_COLOUR, EXECUTING_COLOUR)]
