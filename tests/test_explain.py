@@ -14,7 +14,7 @@ from difftune_pipeline.cli import app
 from difftune_pipeline.engine import Engine, ParamTable
 from difftune_pipeline.engine.reference import llvm_mca_views, view_differences
 from difftune_pipeline.engine.trace import last_cycle
-from difftune_pipeline.reporting.explain import explain, timeline_header, timeline_text
+from difftune_pipeline.reporting.explain import LABEL_WIDTH, explain, timeline_cells, timeline_header
 
 ITERATIONS, SHOWN = 100, 10
 BLOCKS_PER_CPU = 100
@@ -61,7 +61,10 @@ def test_trace_equals_llvm_mca_timeline_resource_pressure_and_bottleneck_analysi
         assert lines[at + 1 : at + 1 + len(header)] == header
         rows = [line for line in lines[at:] if re.match(r"\[\d+,\d+\]", line)]
         assert len(rows) == len(trace.timeline)
-        assert all(r.startswith(m + "   ") for m, r in zip(timeline_text(trace.timeline), rows)), block.asm
+        mine = [
+            label.ljust(LABEL_WIDTH) + "".join(ch for ch, _ in cells) for label, cells in timeline_cells(trace.timeline)
+        ]
+        assert all(r.startswith(m + "   ") for m, r in zip(mine, rows)), block.asm
         # Every '=' of the timeline has a cause: the operands until the instruction is ready, then resources.
         for e in trace.timeline:
             after = {c: w for c, w in e.cause_by_cycle().items() if c > e.dispatched}

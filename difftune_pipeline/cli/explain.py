@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated
 
@@ -24,6 +23,7 @@ from difftune_pipeline.cli.common import (
 )
 from difftune_pipeline.cli.params import resolve_table
 from difftune_pipeline.engine import MAX_SHOWN, MAX_TRACE_ITERATIONS
+from difftune_pipeline.engine.reference import llvm_mca_rounded
 from difftune_pipeline.ingest.blocks import block_id, canonical_hex, hex_problem
 from difftune_pipeline.warehouse import DEFAULT_PATH, queries
 
@@ -71,7 +71,7 @@ def _pressure(view: dict, reason: str) -> str:
     b = view["bottleneck"]
     if not b["dispatch_stalls"]:
         return "- (no dispatch stall)"
-    return f"{math.floor(b['backend_pressure_pct'][reason] * 100 + 0.5) / 100:.2f}%"  # rounded as llvm-mca does
+    return f"{llvm_mca_rounded(b['backend_pressure_pct'][reason]):.2f}%"
 
 
 def _print(report: dict) -> None:

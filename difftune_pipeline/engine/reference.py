@@ -55,6 +55,12 @@ def llvm_mca_views(asm_lines: list[str], mcpu: str, iterations: int, shown: int)
     return (json.loads(as_json.stdout) if as_json.returncode == 0 else None), as_text.stdout
 
 
+def llvm_mca_rounded(percent: float) -> float:
+    """A percentage to two decimals as the binary prints it: half up (90.625 -> 90.63,
+    where Python's formatting gives 90.62)."""
+    return float(f"{math.floor(percent * 100 + 0.5) / 100:.2f}")
+
+
 def _unit_name(name: str) -> str:
     """llvm-mca's JSON writes the unit number of a multi-unit resource as a raw byte."""
     return re.sub(r"\.([\x00-\x09])", lambda m: f".{ord(m[1])}", name)
@@ -100,9 +106,8 @@ def view_differences(trace: Trace, doc: dict, text: str) -> list[str]:
         if trace.pressure_cycles["any"] and trace.dispatch_stalls:
             out.append("back-end pressure where llvm-mca reports none")
     else:
-        # Rounded as llvm-mca rounds them (half up: 90.625 prints 90.63).
-        percent = [trace.pressure_cycles[k] * 100 / trace.cycles for k in ("any", "resources", "registers", "memory")]
-        got = [float(f"{math.floor(p * 100 + 0.5) / 100:.2f}") for p in percent]
+        reasons = ("any", "resources", "registers", "memory")
+        got = [llvm_mca_rounded(trace.pressure_cycles[k] * 100 / trace.cycles) for k in reasons]
         if not trace.dispatch_stalls or got != percentages:
             out.append(f"bottleneck {got} (dispatch stalls {trace.dispatch_stalls}) vs {percentages}")
     return out

@@ -64,11 +64,6 @@ def timeline_header(last_cycle: int) -> list[str]:
     return ([" " * LABEL_WIDTH + tens] if last_cycle >= 10 else []) + head
 
 
-def timeline_text(timeline: list[TimelineEntry]) -> list[str]:
-    """The timeline rows as llvm-mca prints them, without the instruction text."""
-    return [label.ljust(LABEL_WIDTH) + "".join(ch for ch, _ in cells) for label, cells in timeline_cells(timeline)]
-
-
 def timeline_entries(view: dict) -> list[TimelineEntry]:
     """A view's timeline (as JSON) back as entries."""
     return [TimelineEntry(**{**e, "waits": tuple(tuple(w) for w in e["waits"])}) for e in view["timeline"]]
