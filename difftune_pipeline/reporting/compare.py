@@ -50,8 +50,9 @@ def changed_parameters(default: ParamTable, learned: ParamTable, top: int = 20) 
 
 
 def predicted_vs_measured(db, uarch: str, tables: dict[str, str], split: str = "test") -> pl.DataFrame:
-    """block_id, measured and one column of engine cycles per named table (``{name: table_id}``)."""
-    frame = queries.measured_blocks(db, uarch, [split]).select("block_id", pl.col("cycles_per_100").alias("measured"))
+    """block_id, hex, measured and one column of engine cycles per named table (``{name: table_id}``)."""
+    blocks = queries.measured_blocks(db, uarch, [split])
+    frame = blocks.select("block_id", "hex", pl.col("cycles_per_100").alias("measured"))
     for name, table_id in tables.items():
         frame = frame.join(queries.predictions(db, table_id).rename({"cycles": name}), on="block_id", how="left")
     return frame

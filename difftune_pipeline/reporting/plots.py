@@ -19,7 +19,7 @@ from difftune_pipeline.reporting.explain import STALL_COLOUR, WAIT_COLOURS
 def predicted_vs_measured(frame: pl.DataFrame, title: str) -> bytes:
     """Log-log scatter of engine cycles against measured cycles (per 100
     iterations), one series per table column of ``frame`` besides ``measured``."""
-    series = [c for c in frame.columns if c not in ("block_id", "measured")]
+    series = [c for c in frame.columns if c not in ("block_id", "hex", "measured")]
     fig, axes = plt.subplots(1, len(series), figsize=(5 * len(series), 4.6), sharex=True, sharey=True, squeeze=False)
     lo = max(1.0, float(frame["measured"].min()) / 2)
     hi = float(max(frame["measured"].max(), *(frame[c].max() or 0 for c in series))) * 2

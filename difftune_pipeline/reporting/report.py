@@ -13,7 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
-from difftune_pipeline.engine import Engine
+from difftune_pipeline.engine import Engine, ParamTable
 from difftune_pipeline.reporting import plots
 from difftune_pipeline.reporting.compare import changed_parameters, compare, predicted_vs_measured
 from difftune_pipeline.reporting.explain import change_text, explain, notable
@@ -76,7 +76,8 @@ def uarch_section(db, uarch: str, learned_id: str, default_id: str) -> str:
         parts.append(
             f"<p>Slices of test made worse by the learned table: {html.escape(', '.join(worse) or 'none')}.</p>"
         )
-    png = scatter_png(db, uarch, default_id, learned_id)
+    predicted = predicted_vs_measured(db, uarch, {"default": default_id, "learned": learned_id})
+    png = scatter_png(predicted, uarch)
     if png is not None:
         parts.append(_img(png, "predicted vs measured"))
     parts += [
@@ -90,22 +91,18 @@ def uarch_section(db, uarch: str, learned_id: str, default_id: str) -> str:
     learned, default = queries.load_table(db, learned_id), queries.load_table(db, default_id)
     parts += ["<h3>Parameters that moved most</h3>", table_html(changed_parameters(default, learned))]
     parts += ["<h3>Why: the blocks the learned table changed most</h3>"]
-    parts += [explained_html(e) for e in explained_blocks(db, Engine(uarch), uarch, default_id, learned_id)]
+    parts += [explained_html(e) for e in explained_blocks(Engine(uarch), predicted, default, learned)]
     return "\n".join(parts)
 
 
-def explained_blocks(db, engine: Engine, uarch: str, default_id: str, learned_id: str) -> list[dict]:
+def explained_blocks(engine: Engine, predicted: pl.DataFrame, default: ParamTable, learned: ParamTable) -> list[dict]:
     """The test blocks the learned table improved most, worsened most and still
-    predicts worst, each explained under the learned table against the default,
-    with its timelines and port-pressure chart (PNG)."""
-    cases = notable(predicted_vs_measured(db, uarch, {"default": default_id, "learned": learned_id}))
-    if not cases:
-        return []
-    test = queries.measured_blocks(db, uarch, ["test"])
-    learned, default = queries.load_table(db, learned_id), queries.load_table(db, default_id)
+    predicts worst (``predicted``: ``compare.predicted_vs_measured`` of the two),
+    each explained under the learned table against the default, with its timelines
+    and port-pressure chart (PNG)."""
     out = []
-    for case, block_id in cases:
-        row = test.filter(pl.col("block_id") == block_id).row(0, named=True)
+    for case, block_id in notable(predicted):
+        row = predicted.filter(pl.col("block_id") == block_id).row(0, named=True)
         block = engine.disassemble(row["hex"])
         try:
             why = explain(
@@ -114,7 +111,7 @@ def explained_blocks(db, engine: Engine, uarch: str, default_id: str, learned_id
         except ValueError as exc:  # a block too long to explain: said, not skipped
             out.append({"case": case, "block_id": block_id, "hex": row["hex"], "error": str(exc)})
             continue
-        why["measured"] = row["cycles_per_100"]
+        why["measured"] = row["measured"]
         views = [v for v in why["views"] if v["cycles"] is not None]
         title = f"{case}: block {block_id[:12]}"
         out.append(
@@ -195,15 +192,14 @@ def explained_html(e: dict) -> str:
     return "\n".join(parts)
 
 
-def scatter_png(db, uarch: str, default_id: str, learned_id: str) -> bytes | None:
+def scatter_png(predicted: pl.DataFrame, uarch: str) -> bytes | None:
     """Engine cycles of both tables against measured cycles on test, or None before evaluation."""
-    scatter = predicted_vs_measured(db, uarch, {"default": default_id, "learned": learned_id})
-    return plots.predicted_vs_measured(scatter, f"-mcpu={uarch}, test blocks") if scatter.height else None
+    return plots.predicted_vs_measured(predicted, f"-mcpu={uarch}, test blocks") if predicted.height else None
 
 
-def write_scatter(db, uarch: str, default_id: str, learned_id: str) -> tuple[bytes, Path] | None:
+def write_scatter(db, uarch: str, predicted: pl.DataFrame) -> tuple[bytes, Path] | None:
     """The scatter as ``reports/predicted_vs_measured-<µarch>.png`` beside the warehouse."""
-    png = scatter_png(db, uarch, default_id, learned_id)
+    png = scatter_png(predicted, uarch)
     if png is None:
         return None
     path = Path(db).parent / "reports" / f"predicted_vs_measured-{uarch}.png"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from difftune_pipeline.model.metrics import metrics_by_slice, slices
-from difftune_pipeline.reporting.compare import changed_parameters, compare
+from difftune_pipeline.reporting.compare import changed_parameters, compare, predicted_vs_measured
 from difftune_pipeline.reporting.report import explained_blocks, write_scatter
 from difftune_pipeline.steps.context import StepContext
 from difftune_pipeline.warehouse import insert_new, queries, writer
@@ -67,11 +67,13 @@ def evaluate_latest(ctx: StepContext) -> dict:
     if learned_id is None:
         raise ValueError(f"no learned table for {ctx.uarch}: materialise learned_params first")
     comparison = compare(evaluate(ctx, [default_id, learned_id]), default_id, learned_id)
+    learned = queries.load_table(ctx.db, learned_id)
+    predicted = predicted_vs_measured(ctx.db, ctx.uarch, {"default": default_id, "learned": learned_id})
     return {
         "default_id": default_id,
         "learned_id": learned_id,
         "comparison": comparison,
-        "changed": changed_parameters(default, queries.load_table(ctx.db, learned_id)),
-        "scatter": write_scatter(ctx.db, ctx.uarch, default_id, learned_id),
-        "explained": explained_blocks(ctx.db, ctx.engine, ctx.uarch, default_id, learned_id),
+        "changed": changed_parameters(default, learned),
+        "scatter": write_scatter(ctx.db, ctx.uarch, predicted),
+        "explained": explained_blocks(ctx.engine, predicted, default, learned),
     }
