@@ -28,6 +28,25 @@ def add_data_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_cpus_arguments(parser: argparse.ArgumentParser, blocks: int | None) -> None:
+    """``--blocks`` (the first N rows of each file; None: all), ``--mcpu`` (default:
+    every CPU with a BHive file) and ``--data``."""
+    parser.add_argument("--blocks", type=int, default=blocks)
+    parser.add_argument("--mcpu", nargs="*", default=list(GROUND_TRUTH))
+    add_data_argument(parser)
+
+
+def bhive_blocks(engine, n: int | None = None, data: Path | None = None) -> list:
+    """The first ``n`` blocks of BHive's file for the engine's CPU, disassembled."""
+    return engine.disassemble_many([h for h, _ in bhive_rows(engine.mcpu, n, data)])
+
+
+def reassembled(engine, blocks: list) -> list:
+    """Blocks parsed back from their AT&T text: the input the engine and the
+    ``llvm-mca`` binary both read, for comparing them on identical instructions."""
+    return [engine.parse_asm("\n".join(b.asm)) for b in blocks]
+
+
 def _need(path: Path) -> Path:
     if not path.exists():
         raise SystemExit(f"{path} is missing: --data must hold BHive's ground_truth/ and bhive_sources/ folders")

@@ -11,7 +11,7 @@ where re-assembling the text picks another encoding (e.g. push imm32 -> imm8).
 import argparse
 import time
 
-from common import GROUND_TRUTH, add_data_argument, bhive_rows
+from common import add_cpus_arguments, bhive_blocks, reassembled
 
 from difftune_pipeline.engine import LLVM_VERSION, Engine
 from difftune_pipeline.engine.reference import llvm_mca_many
@@ -19,16 +19,14 @@ from difftune_pipeline.engine.reference import llvm_mca_many
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--blocks", type=int, default=None)
-    parser.add_argument("--mcpu", nargs="*", default=list(GROUND_TRUTH))
-    add_data_argument(parser)
+    add_cpus_arguments(parser, blocks=None)
     args = parser.parse_args()
     print(f"LLVM {LLVM_VERSION}")
     for mcpu in args.mcpu:
         t0 = time.perf_counter()
         engine = Engine(mcpu)
-        direct = engine.disassemble_many([h for h, _ in bhive_rows(mcpu, args.blocks, args.data)])
-        texts = [engine.parse_asm("\n".join(b.asm)) for b in direct]
+        direct = bhive_blocks(engine, args.blocks, args.data)
+        texts = reassembled(engine, direct)
         ours = engine.simulate(texts, threads=2).cycles.tolist()
         ref = llvm_mca_many([list(b.asm) for b in texts], mcpu)
         same = sum(c == r for c, r in zip(ours, ref))

@@ -8,7 +8,7 @@ import argparse
 import time
 
 import numpy as np
-from common import add_data_argument, bhive_rows
+from common import add_data_argument, bhive_blocks
 
 from difftune_pipeline.engine import Engine
 
@@ -21,7 +21,7 @@ def main() -> None:
     add_data_argument(parser)
     args = parser.parse_args()
     engine = Engine(args.mcpu)
-    blocks = engine.disassemble_many([h for h, _ in bhive_rows(args.mcpu, args.blocks, args.data)])
+    blocks = bhive_blocks(engine, args.blocks, args.data)
     engine.compile(None)
     t0 = time.perf_counter()
     full = engine.simulate(blocks, threads=2, iterations=args.iterations).cycles

@@ -10,7 +10,7 @@ import argparse
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from common import GROUND_TRUTH, add_data_argument, bhive_rows
+from common import add_cpus_arguments, bhive_blocks, reassembled
 
 from difftune_pipeline.engine import LLVM_VERSION, Engine
 from difftune_pipeline.engine.reference import llvm_mca_views, view_differences
@@ -20,16 +20,14 @@ ITERATIONS, SHOWN = 100, 10
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--blocks", type=int, default=1000)
-    parser.add_argument("--mcpu", nargs="*", default=list(GROUND_TRUTH))
-    add_data_argument(parser)
+    add_cpus_arguments(parser, blocks=1000)
     args = parser.parse_args()
     print(f"LLVM {LLVM_VERSION}, {ITERATIONS} iterations, timeline of the first {SHOWN}")
     for mcpu in args.mcpu:
         t0 = time.perf_counter()
         engine = Engine(mcpu)
-        direct = engine.disassemble_many([h for h, _ in bhive_rows(mcpu, args.blocks, args.data)])
-        blocks = [engine.parse_asm("\n".join(b.asm)) for b in direct if b.ok]  # the text both sides parse
+        direct = bhive_blocks(engine, args.blocks, args.data)
+        blocks = reassembled(engine, [b for b in direct if b.ok])
         with ThreadPoolExecutor(2) as pool:
             refs = list(pool.map(lambda b, m=mcpu: llvm_mca_views(list(b.asm), m, ITERATIONS, SHOWN), blocks))
         same = refused = entries = 0
