@@ -50,6 +50,16 @@ def _measured(hex_: str | None, mcpu: str, warehouse: Path) -> tuple[float | Non
     return found, "" if found is not None else f"not in the warehouse for -mcpu={mcpu}"
 
 
+def _resolve(ref: str, base, mcpu: str, warehouse: Path):
+    """(label, table) of a table reference (``params.resolve_table``), LLVM's own
+    table being ``base``, already built for the block. A label never carries markup
+    or control bytes, even when it is a file name."""
+    if ref == "default" and not Path(ref).is_file():
+        return "default", base
+    label, table = resolve_table(ref, mcpu, warehouse)
+    return printable(path_text(Path(label))), table
+
+
 def _timeline(view: dict) -> Text:
     from difftune_pipeline.engine.trace import last_cycle
     from difftune_pipeline.reporting.explain import LABEL_WIDTH, timeline_cells, timeline_entries, timeline_header
@@ -217,12 +227,11 @@ def explain(
         )
         if params is not None and not params.is_file():
             raise ValueError(f"{path_text(params)} is not a file")
-        label, chosen = resolve_table(
-            str(params) if params else table if table is not None else "default", mcpu, warehouse
+        base = engine.default_table([block]) if block.ok else None
+        label, chosen = _resolve(
+            str(params) if params else table if table is not None else "default", base, mcpu, warehouse
         )
-        label = printable(path_text(Path(label)))  # a file name as a label: never markup or control bytes
-        other = resolve_table(against, mcpu, warehouse) if against is not None else (None, None)
-        other = (printable(path_text(Path(other[0]))), other[1]) if against is not None else other
+        other = _resolve(against, base, mcpu, warehouse) if against is not None else (None, None)
         for name, t in ((label, chosen), other):
             if t is not None and t.mcpu != mcpu:
                 raise ValueError(f"{name} is a table of -mcpu={t.mcpu}, not {mcpu}")
@@ -235,6 +244,7 @@ def explain(
             against_label=other[0] or "",
             iterations=iterations,
             shown=shown,
+            base=base,
         )
         report["measured"], report["measured_note"] = _measured(hex_, mcpu, warehouse)
     except USER_ERRORS as exc:

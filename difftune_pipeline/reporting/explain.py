@@ -176,9 +176,12 @@ def explain(
     against_label: str = "against",
     iterations: int = DEFAULT_ITERATIONS,
     shown: int = DEFAULT_SHOWN,
+    base: ParamTable | None = None,
 ) -> dict:
     """Why ``block`` costs what it costs under ``table`` (LLVM's when None), and,
-    with ``against``, the same under it and what the differences contribute."""
+    with ``against``, the same under it and what the differences contribute.
+    ``base``: LLVM's table with the block's variant rows, when the caller has it
+    (building one reads every opcode of the CPU)."""
     if not block.ok:
         raise ValueError(f"cannot explain the block: {block.error}")
     if len(block) > MAX_INSTRUCTIONS:
@@ -188,7 +191,7 @@ def explain(
             f"{shown} iterations of {len(block)} instructions is more than {MAX_TIMELINE_ROWS} timeline rows:"
             " show fewer iterations"
         )
-    base = engine.default_table([block])
+    base = base or engine.default_table([block])
     table = _complete(table, base) if table is not None else base
     against = _complete(against, base) if against is not None else None
     out = {

@@ -106,7 +106,14 @@ def explained_blocks(engine: Engine, predicted: pl.DataFrame, default: ParamTabl
         block = engine.disassemble(row["hex"])
         try:
             why = explain(
-                engine, block, learned, label="learned", against=default, against_label="default", shown=EXPLAINED_ROWS
+                engine,
+                block,
+                learned,
+                label="learned",
+                against=default,
+                against_label="default",
+                shown=EXPLAINED_ROWS,
+                base=default,  # LLVM's table over every measured block: this one's variants included
             )
         except ValueError as exc:  # a block too long to explain: said, not skipped
             out.append({"case": case, "block_id": block_id, "hex": row["hex"], "error": str(exc)})
