@@ -38,7 +38,7 @@ def test_materialise_the_ingestion_graph_twice(warehouse):
     assert len(assets) == 5  # the inbox's batches are partitioned: tests/test_operations.py
     resources = {
         "warehouse": Warehouse(path=str(warehouse)),
-        "engine": EngineResource(mcpu="haswell"),
+        "engine": EngineResource(),
         "sources": DataSources.for_profile("sample", None),
     }
     instance = dg.DagsterInstance.ephemeral()

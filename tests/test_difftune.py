@@ -110,7 +110,7 @@ def test_materialise_the_whole_graph_with_the_cli(tmp_path, monkeypatch):
     runner = CliRunner()
     result = runner.invoke(app, ["materialize"])
     assert result.exit_code == 0, result.output
-    assert "evaluation" in result.output and "simulations [shard-3]" in result.output
+    assert "evaluation" in result.output and "simulations [shard-3|haswell]" in result.output
     evals = store.query("SELECT DISTINCT table_id FROM evaluations", tmp_path / "w.duckdb")
     assert evals.height == 2
     with dg.DagsterInstance.get() as instance:

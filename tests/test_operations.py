@@ -64,7 +64,7 @@ def _ingest_batch(instance, box, warehouse, path):
     instance.add_dynamic_partitions(BATCHES.name, [key])
     resources = {
         "warehouse": Warehouse(path=str(warehouse)),
-        "engine": EngineResource(mcpu="haswell"),
+        "engine": EngineResource(),
         "inbox": Inbox(path=str(box)),
     }
     result = dg.materialize(
@@ -194,7 +194,7 @@ def test_failed_and_dropped_batches_never_feed_tuning(tmp_path, warehouse, monke
     assert store.query("SELECT count(*) FROM blocks", warehouse).item() == kept  # blocks stay
     row = store.query("SELECT status, status_reason FROM batches WHERE batch_id = ?", warehouse, [good_id]).row(0)
     assert row == ("dropped", "bad rig")
-    assert ingest.ingest_measurements(good, "haswell", warehouse, EngineResource(mcpu="haswell").get()).already_ingested
+    assert ingest.ingest_measurements(good, "haswell", warehouse, EngineResource().decoder()).already_ingested
     assert queries.measured_blocks(warehouse, "haswell", everything).height == 0  # its bytes never come back
     again = runner.invoke(app, ["batches", "drop", good_id, "--warehouse", str(warehouse)])
     assert again.exit_code == 0 and "already dropped" in again.stdout
@@ -209,7 +209,7 @@ def test_failed_and_dropped_batches_never_feed_tuning(tmp_path, warehouse, monke
     assert verdict.passed and "2 dropped (not judged)" in verdict.description
     corpus = tmp_path / "tensorflow.csv"
     corpus.write_text("\n".join(f"{r.split(',')[0]},1" for r in ROWS[:5]) + "\n")
-    corpus_id = ingest.ingest_corpus(corpus, warehouse, EngineResource(mcpu="haswell").get()).batch_id
+    corpus_id = ingest.ingest_corpus(corpus, warehouse, EngineResource().decoder()).batch_id
     refused = runner.invoke(app, ["batches", "drop", corpus_id, "--warehouse", str(warehouse)])
     assert refused.exit_code == 2 and "only measurement batches can be dropped" in refused.stderr
     assert store.query("SELECT count(*) FROM block_sources", warehouse).item() == 5

@@ -63,9 +63,13 @@ def sql(
 @app.command()
 def materialize(
     select: Annotated[str, typer.Option(help="Dagster asset selection")] = "*",
+    uarch: Annotated[
+        list[str] | None, typer.Option(help="only these µarchs' partitions (repeat the option); default: every one")
+    ] = None,
 ) -> None:
     """Materialise assets of the pipeline into the persistent Dagster instance:
-    unpartitioned assets in topological runs, partitioned ones one run per partition.
+    unpartitioned assets in topological runs, partitioned ones one run per partition
+    (every µarch with measurements, and each shard of its simulations).
     Runs left behind by a killed process are marked failed first and their pool slots freed."""
     import dagster as dg
 
@@ -88,41 +92,61 @@ def materialize(
             err_console.print(f"run {run_id} was left by a killed process: marked failed, its pool slots freed")
         for run_id in freed:
             err_console.print(f"run {run_id} had finished but still held a pool slot: freed")
-        runs: list[tuple[list, str | None]] = []
-        for key in ordered:
-            partitions = graph.get(key).partitions_def
-            if partitions is None:
-                if runs and runs[-1][1] is None:
-                    runs[-1][0].append(key)
-                else:
-                    runs.append(([key], None))
-            else:
-                runs += [([key], p) for p in partitions.get_partition_keys(dynamic_partitions_store=instance)]
-        task = bar.add_task("runs", total=len(runs))
-        for keys, partition in runs:
-            names = escape(", ".join(k.to_user_string() for k in keys) + (f" [{partition}]" if partition else ""))
-            bar.update(task, description=f"materialising {names}")
-            for pool in sorted(set().union(*(graph.get(k).pools for k in keys))):
-                recovery.wait_for_pool(instance, pool, lambda line: err_console.print(escape(line)))
-            result = job.execute_in_process(
-                instance=instance,
-                asset_selection=keys,
-                partition_key=partition,
-                raise_on_error=False,
-                tags=recovery.run_tags(),
-            )
-            bar.advance(task)
-            if not result.success:
-                failed = [
-                    f"{e.asset_key.to_user_string()}:{e.check_name}"
-                    for e in result.get_asset_check_evaluations()
-                    if not e.passed
-                ]
-                err_console.print(
-                    f"[red]failed:[/red] {names}" + (f" (checks failed: {', '.join(failed)})" if failed else "")
+        task = bar.add_task("runs", total=None)
+        done = 0
+        for keys, partitions_def in _groups(graph, ordered):
+            # partitions are read when their asset's turn comes: ingestion adds the µarchs
+            partitions = [None] if partitions_def is None else _partitions(partitions_def, instance, uarch)
+            for partition in partitions:
+                names = escape(", ".join(k.to_user_string() for k in keys) + (f" [{partition}]" if partition else ""))
+                bar.update(task, description=f"materialising {names}", completed=done)
+                for pool in sorted(set().union(*(graph.get(k).pools for k in keys))):
+                    recovery.wait_for_pool(instance, pool, lambda line: err_console.print(escape(line)))
+                result = job.execute_in_process(
+                    instance=instance,
+                    asset_selection=keys,
+                    partition_key=partition,
+                    raise_on_error=False,
+                    tags=recovery.run_tags(),
                 )
-                raise typer.Exit(1)
-            console.print(f"materialised [bold]{names}[/bold]")
+                done += 1
+                if not result.success:
+                    failed = [
+                        f"{e.asset_key.to_user_string()}:{e.check_name}"
+                        for e in result.get_asset_check_evaluations()
+                        if not e.passed
+                    ]
+                    err_console.print(
+                        f"[red]failed:[/red] {names}" + (f" (checks failed: {', '.join(failed)})" if failed else "")
+                    )
+                    raise typer.Exit(1)
+                console.print(f"materialised [bold]{names}[/bold]")
+
+
+def _groups(graph, ordered: list) -> list[tuple[list, object]]:
+    """Consecutive unpartitioned assets run together; a partitioned asset runs alone."""
+    groups: list[tuple[list, object]] = []
+    for key in ordered:
+        partitions_def = graph.get(key).partitions_def
+        if partitions_def is None and groups and groups[-1][1] is None:
+            groups[-1][0].append(key)
+        else:
+            groups.append(([key], partitions_def))
+    return groups
+
+
+def _partitions(partitions_def, instance, uarchs: list[str] | None) -> list[str]:
+    """The partition keys to run, narrowed to ``uarchs`` (by the µarch dimension where there is one)."""
+    import dagster as dg
+
+    keys = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
+    if not uarchs:
+        return keys
+    if isinstance(partitions_def, dg.MultiPartitionsDefinition):
+        return [k for k in keys if k.keys_by_dimension["uarch"] in uarchs]
+    if getattr(partitions_def, "name", None) == "uarchs":
+        return [k for k in keys if k in uarchs]
+    return keys
 
 
 @app.command()

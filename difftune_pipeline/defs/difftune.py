@@ -1,49 +1,75 @@
-"""DiffTune assets: default table, hardware features, sampled tables,
-simulations (sharded), surrogate, learned parameters, evaluation. Each calls
-one idempotent stage of ``difftune_pipeline.steps`` and translates its result;
-materialising again with nothing changed finds the stored result and does no work."""
+"""DiffTune assets, one partition per µarch: default table, hardware features,
+sampled tables, simulations (µarch × shard), surrogate, learned parameters,
+evaluation. Each calls one idempotent stage of ``difftune_pipeline.steps`` and
+translates its result; materialising again with nothing changed finds the
+stored result and does no work."""
 
 import dagster as dg
 import polars as pl
 
-from difftune_pipeline import config, quality, steps
-from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM
+from difftune_pipeline import quality, steps
+from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM, FOLLOWS_UPSTREAM_DATA
 from difftune_pipeline.defs.ingest import WRITER_POOL
 from difftune_pipeline.defs.metadata import blocking_check, check_result, explained, markdown, row_count
-from difftune_pipeline.defs.resources import DiffTuneSettings, EngineResource, Warehouse
+from difftune_pipeline.defs.partitions import SHARDS, UARCH_SHARDS, UARCHS, shard_of, uarch_of
+from difftune_pipeline.defs.resources import Compute, DiffTuneSettings, EngineResource, Warehouse
 from difftune_pipeline.reporting.plots import markdown_image
 from difftune_pipeline.steps.checks import engine_exactness as exactness
 from difftune_pipeline.steps.context import CODE_VERSIONS
 
 GROUP = "difftune"
-SHARDS = dg.StaticPartitionsDefinition([f"shard-{i}" for i in range(config.Settings().shards)])
 
 
-def _ctx(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings) -> steps.StepContext:
+def _ctx(
+    context: dg.AssetExecutionContext,
+    warehouse: Warehouse,
+    engine: EngineResource,
+    settings: DiffTuneSettings,
+    compute: Compute | None = None,
+) -> steps.StepContext:
+    """The step context of the partition's µarch; ``compute`` chooses where its
+    simulations run (this process's threads, or Ray workers)."""
     chosen = settings.get()
     if chosen.shards != len(SHARDS.get_partition_keys()):
         raise dg.Failure(
             f"shards = {chosen.shards}, but the simulations asset has {len(SHARDS.get_partition_keys())} "
             "partitions: the shard count is fixed by the partitions"
         )
-    return steps.StepContext(warehouse.path, engine.get(), chosen)
+    mcpu = uarch_of(context)
+    return steps.StepContext(warehouse.path, compute.engine(mcpu) if compute else engine.get(mcpu), chosen)
 
 
 @dg.asset(
     group_name=GROUP,
     deps=["splits"],
+    partitions_def=UARCHS,
     pool=WRITER_POOL,
     kinds={"duckdb"},
     code_version=CODE_VERSIONS["default_params"],
     automation_condition=FOLLOWS_UPSTREAM,
+    check_specs=[
+        blocking_check(
+            "engine_exactness",
+            "default_params",
+            "The engine equals the llvm-mca binary on a sample of measured blocks (default table)",
+            partitions_def=UARCHS,
+        )
+    ],
 )
-def default_params(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings) -> dg.MaterializeResult:
-    """LLVM's own table for the configured -mcpu: every opcode, plus the variant
-    resolutions used by the measured blocks (tables ``param_tables``/``param_values``)."""
-    out = steps.default_params(_ctx(warehouse, engine, settings))
-    return dg.MaterializeResult(
-        metadata={"table_id": out["table_id"], "rows": out["rows"]}, data_version=dg.DataVersion(out["table_id"])
+def default_params(
+    context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings
+):
+    """LLVM's own table for the partition's µarch: every opcode, plus the variant
+    resolutions used by the measured blocks (tables ``param_tables``/``param_values``).
+    Its data version changes with the µarch's measurements, and only then does
+    that µarch's tuning re-run."""
+    ctx = _ctx(context, warehouse, engine, settings)
+    out = steps.default_params(ctx)
+    yield dg.MaterializeResult(
+        metadata={"table_id": out["table_id"], "rows": out["rows"], "measured": out["measured"]},
+        data_version=dg.DataVersion(out["data_version"]),
     )
+    yield check_result("engine_exactness", exactness(warehouse.path, ctx.engine))
 
 
 @dg.asset(
@@ -51,16 +77,19 @@ def default_params(warehouse: Warehouse, engine: EngineResource, settings: DiffT
     deps=[default_params],
     pool=WRITER_POOL,
     kinds={"duckdb"},
+    partitions_def=UARCHS,
     code_version=CODE_VERSIONS["features"],
-    automation_condition=FOLLOWS_UPSTREAM,
+    automation_condition=FOLLOWS_UPSTREAM_DATA,
 )
-def block_features(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings) -> dg.MaterializeResult:
+def block_features(
+    context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings
+) -> dg.MaterializeResult:
     """Hardware features of each measured block (table ``block_features``): instruction
     and µop counts, registers read and written (from LLVM's instruction descriptions),
     loads, stores, store→load memory dependencies, the critical and loop-carried
     dependency chains, port pressure and dispatch load under the default table,
     and the bottleneck they point to. Errors are sliced by it in ``evaluation``."""
-    out = steps.block_features(_ctx(warehouse, engine, settings))
+    out = steps.block_features(_ctx(context, warehouse, engine, settings))
     return dg.MaterializeResult(
         metadata={
             "table_id": out["table_id"],
@@ -76,44 +105,56 @@ def block_features(warehouse: Warehouse, engine: EngineResource, settings: DiffT
     group_name=GROUP,
     deps=[default_params],
     pool=WRITER_POOL,
+    partitions_def=UARCHS,
     kinds={"duckdb"},
     code_version=CODE_VERSIONS["sampled_tables"],
 )  # re-run nightly by the re-tune schedule
-def sampled_tables(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings) -> dg.MaterializeResult:
+def sampled_tables(
+    context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings
+) -> dg.MaterializeResult:
     """Parameter tables sampled from ``(preset, seed)``: DiffTune's uniform preset
     and one that perturbs the defaults. Only their ids are stored; their values
-    are regenerated from preset and seed."""
-    out = steps.sampled_tables(_ctx(warehouse, engine, settings))
-    return dg.MaterializeResult(metadata=out, data_version=dg.DataVersion(f"{out['space_id']}-{out['tables']}"))
+    are regenerated from preset and seed. Its data version names the tables and
+    the train blocks they are simulated on."""
+    out = steps.sampled_tables(_ctx(context, warehouse, engine, settings))
+    return dg.MaterializeResult(metadata=out, data_version=dg.DataVersion(out["data_version"]))
 
 
 @dg.asset(
     group_name=GROUP,
     deps=[sampled_tables],
-    partitions_def=SHARDS,
+    partitions_def=UARCH_SHARDS,
     pool=WRITER_POOL,
-    kinds={"duckdb"},
+    kinds={"duckdb", "ray"},
     code_version=CODE_VERSIONS["simulations"],
-    automation_condition=FOLLOWS_UPSTREAM,
+    automation_condition=FOLLOWS_UPSTREAM_DATA,
 )
 def simulations(
-    context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings
+    context: dg.AssetExecutionContext,
+    warehouse: Warehouse,
+    engine: EngineResource,
+    settings: DiffTuneSettings,
+    compute: Compute,
 ) -> dg.MaterializeResult:
-    """(train block, sampled table) pairs through the engine (table ``simulations``).
-    A shard skips pairs already stored: an interrupted run resumes without
-    repeating or duplicating work."""
-    shard = SHARDS.get_partition_keys().index(context.partition_key)
-    out = steps.simulate_shard(_ctx(warehouse, engine, settings), shard)
-    return dg.MaterializeResult(metadata={**out, **row_count(warehouse, "simulations")})
+    """(train block, sampled table) pairs through the engine (table ``simulations``),
+    on this process's threads or on Ray workers (resource ``compute``). A shard
+    skips pairs already stored: an interrupted run resumes without repeating or
+    duplicating work."""
+    out = steps.simulate_shard(_ctx(context, warehouse, engine, settings, compute), shard_of(context))
+    return dg.MaterializeResult(
+        metadata={**out, "compute": compute.describe(), **row_count(warehouse, "simulations")},
+        data_version=dg.DataVersion(out["data_version"]),
+    )
 
 
 @dg.asset(
     group_name=GROUP,
     deps=[simulations],
+    partitions_def=UARCHS,
     pool=WRITER_POOL,
     kinds={"pytorch"},
     code_version=CODE_VERSIONS["surrogate"],
-    automation_condition=FOLLOWS_UPSTREAM,
+    automation_condition=FOLLOWS_UPSTREAM_DATA,
     check_specs=[
         blocking_check("surrogate_fidelity", "surrogate", "Held-out MAPE against the engine within the limit")
     ],
@@ -125,7 +166,7 @@ def surrogate(
     learned correction, the default) or DiffTune's Ithemal-style LSTM — as a
     checkpoint under ``warehouse/models/`` and a row in ``surrogate_runs``, with
     its fidelity against the engine on held-out blocks."""
-    ctx = _ctx(warehouse, engine, settings)
+    ctx = _ctx(context, warehouse, engine, settings)
     out = steps.train_surrogate(ctx, log=context.log.info)
     yield dg.MaterializeResult(
         metadata={
@@ -147,11 +188,12 @@ def surrogate(
 
 @dg.asset(
     group_name=GROUP,
-    deps=[surrogate, "splits"],
+    deps=[surrogate, default_params],
+    partitions_def=UARCHS,
     pool=WRITER_POOL,
-    kinds={"pytorch", "duckdb"},
+    kinds={"pytorch", "duckdb", "ray"},
     code_version=CODE_VERSIONS["learned_params"],
-    automation_condition=FOLLOWS_UPSTREAM,
+    automation_condition=FOLLOWS_UPSTREAM_DATA,
     check_specs=[
         blocking_check(
             "no_worse_than_default", "learned_params", "Engine MAPE on val of the learned table ≤ the default's"
@@ -159,12 +201,17 @@ def surrogate(
     ],
 )
 def learned_params(
-    context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings
+    context: dg.AssetExecutionContext,
+    warehouse: Warehouse,
+    engine: EngineResource,
+    settings: DiffTuneSettings,
+    compute: Compute,
 ):
     """The table learned against the train measurements by the configured tuner:
-    through the frozen surrogate (DiffTune), by direct search on the engine, or
-    both combined (the default); selected on val with the real engine."""
-    out = steps.learn(_ctx(warehouse, engine, settings), log=context.log.info)
+    through the frozen surrogate (DiffTune), by direct search on the engine (its
+    candidates on this process's threads or on Ray workers), or both combined (the
+    default); selected on val with the real engine."""
+    out = steps.learn(_ctx(context, warehouse, engine, settings, compute), log=context.log.info)
     meta = {"table_id": out["table_id"], "reused": out["reused"]}
     if not out["reused"]:
         meta["val_mape_by_step"] = markdown(pl.DataFrame(out["history"]))
@@ -175,27 +222,21 @@ def learned_params(
     )
 
 
-@dg.asset_check(
-    asset=default_params,
-    blocking=True,
-    description="The engine equals the llvm-mca binary on a sample of measured blocks (default table)",
-)
-def engine_exactness(warehouse: Warehouse, engine: EngineResource) -> dg.AssetCheckResult:
-    return check_result("engine_exactness", exactness(warehouse.path, engine.get()))
-
-
 @dg.asset(
     group_name=GROUP,
     deps=[learned_params, default_params, block_features],
+    partitions_def=UARCHS,
     pool=WRITER_POOL,
     kinds={"duckdb"},
     code_version=CODE_VERSIONS["evaluation"],
-    automation_condition=FOLLOWS_UPSTREAM,
+    automation_condition=FOLLOWS_UPSTREAM_DATA,
 )
-def evaluation(warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings) -> dg.MaterializeResult:
+def evaluation(
+    context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings
+) -> dg.MaterializeResult:
     """Default and learned tables through the real engine on val and test,
     overall and per slice (tables ``evaluations`` and ``predictions``)."""
-    out = steps.evaluate_latest(_ctx(warehouse, engine, settings))
+    out = steps.evaluate_latest(_ctx(context, warehouse, engine, settings))
     table = out["comparison"]
     test = table.filter(pl.col("split") == "test")
     worse = test.filter(pl.col("worse"))["slice"].to_list()

@@ -1,10 +1,12 @@
 """New measurements: a sensor watches the inbox, adds a dynamic partition per
-batch and requests its ingestion; automation conditions re-tune what depends on it."""
+batch (and a µarch partition for a CPU measured the first time) and requests
+its ingestion; automation conditions re-tune that µarch."""
 
 import dagster as dg
 
 from difftune_pipeline.defs.ingest import GROUP, SANITY, SANITY_DESCRIPTION, WRITER_POOL, batch_metadata
 from difftune_pipeline.defs.metadata import blocking_check, check_result, row_count
+from difftune_pipeline.defs.partitions import UARCHS, add_uarchs
 from difftune_pipeline.defs.resources import EngineResource, Inbox, Warehouse
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.ingest import inbox as inbox_files
@@ -29,8 +31,9 @@ def measurement_batches(context: dg.AssetExecutionContext, warehouse: Warehouse,
     found = inbox_files.find(inbox.path, key)
     batch_id = key.rsplit("-", 1)[1]
     if found is not None:
-        summary = ingest.ingest_measurements(found.path, found.uarch, warehouse.path, engine.get(), found.unit)
+        summary = ingest.ingest_measurements(found.path, found.uarch, warehouse.path, engine.decoder(), found.unit)
         meta = batch_metadata([summary])
+        add_uarchs(context.instance, [found.uarch])
     elif queries.batch_exists(warehouse.path, batch_id):
         meta = {"already_ingested": True}  # the file was removed after ingestion: nothing is lost
     else:
@@ -56,9 +59,11 @@ def inbox_sensor(context: dg.SensorEvaluationContext, inbox: Inbox):
         return dg.SkipReason("no new batch" + ("; " + "; ".join(waiting) if waiting else ""))
     for line in waiting:
         context.log.info(line)
+    uarchs = sorted({item.uarch for item in new.values()} - set(context.instance.get_dynamic_partitions(UARCHS.name)))
     return dg.SensorResult(
         run_requests=[
             dg.RunRequest(partition_key=k, run_key=k, tags={"inbox/file": str(item.path)}) for k, item in new.items()
         ],
-        dynamic_partitions_requests=[BATCHES.build_add_request(list(new))],
+        dynamic_partitions_requests=[BATCHES.build_add_request(list(new))]
+        + ([UARCHS.build_add_request(uarchs)] if uarchs else []),
     )

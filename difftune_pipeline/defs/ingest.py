@@ -1,13 +1,12 @@
 """Ingestion assets: measurement batches and the block corpus become blocks,
 measurements, block sources, splits and quarantine in the warehouse."""
 
-from __future__ import annotations
-
 import dagster as dg
 import polars as pl
 
 from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM
 from difftune_pipeline.defs.metadata import blocking_check, check_result, markdown, row_count
+from difftune_pipeline.defs.partitions import add_uarchs
 from difftune_pipeline.defs.resources import DataSources, EngineResource, Warehouse
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.steps.checks import measurement_sanity
@@ -37,7 +36,7 @@ def block_sources(warehouse: Warehouse, engine: EngineResource, sources: DataSou
     """The BHive block corpus (``hex,frequency`` per application) in table
     ``block_sources``: which application each block comes from. New blocks are
     disassembled into ``blocks``; bad rows go to ``quarantine``."""
-    summaries = [ingest.ingest_corpus(f, warehouse.path, engine.get()) for f in sources.corpus_files]
+    summaries = [ingest.ingest_corpus(f, warehouse.path, engine.decoder()) for f in sources.corpus_files]
     return dg.MaterializeResult(metadata={**batch_metadata(summaries), **row_count(warehouse, "block_sources")})
 
 
@@ -47,14 +46,22 @@ def block_sources(warehouse: Warehouse, engine: EngineResource, sources: DataSou
     kinds={"duckdb"},
     check_specs=[blocking_check(SANITY, "measurements", SANITY_DESCRIPTION)],
 )
-def measurements(warehouse: Warehouse, engine: EngineResource, sources: DataSources):
+def measurements(context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, sources: DataSources):
     """Measured throughputs (BHive's ``hex,cycles per 100 iterations``, one µarch
-    per batch) in table ``measurements``. A batch already ingested adds nothing."""
+    per batch) in table ``measurements``. A batch already ingested adds nothing;
+    a µarch measured for the first time becomes a partition of the DiffTune assets."""
     summaries = [
-        ingest.ingest_measurements(f.path, f.uarch, warehouse.path, engine.get(), f.unit)
+        ingest.ingest_measurements(f.path, f.uarch, warehouse.path, engine.decoder(), f.unit)
         for f in sources.measurement_files
     ]
-    yield dg.MaterializeResult(metadata={**batch_metadata(summaries), **row_count(warehouse, "measurements")})
+    added = add_uarchs(context.instance, queries.measured_uarchs(warehouse.path))
+    yield dg.MaterializeResult(
+        metadata={
+            **batch_metadata(summaries),
+            "new_uarchs": ", ".join(added) or "none",
+            **row_count(warehouse, "measurements"),
+        }
+    )
     yield check_result(SANITY, measurement_sanity(warehouse.path, [s.batch_id for s in summaries]))
 
 

@@ -1,11 +1,14 @@
-"""Resources: the warehouse, the engine, where the input data lives, the inbox,
-and the settings (a profile of ``difftune_pipeline.config`` with overrides).
+"""Resources: the warehouse, the engines, where simulations run, where the input
+data lives, the inbox, and the settings (a profile of ``difftune_pipeline.config``
+with overrides).
 
 Environment: ``DIFFTUNE_PROFILE`` (``sample``: the sample bundled in the
 package; ``smoke``: the same with tiny settings, a quick check of the whole
 graph; ``full``: BHive's files under ``DIFFTUNE_DATA_DIR``), ``DIFFTUNE_SETTINGS``
 (JSON of dotted overrides, e.g. ``{"search.budget": 3000}``), and the shortcuts
-``DIFFTUNE_SURROGATE``, ``DIFFTUNE_TUNER`` and ``DIFFTUNE_SEARCH_HALVING=1``.
+``DIFFTUNE_SURROGATE``, ``DIFFTUNE_TUNER`` and ``DIFFTUNE_SEARCH_HALVING=1``;
+``DIFFTUNE_COMPUTE`` (``threads``, the default, or ``ray``), ``DIFFTUNE_RAY_WORKERS``
+and ``RAY_ADDRESS`` (a running Ray cluster; without it Ray starts on this machine).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import dagster as dg
 
 from difftune_pipeline import config
 from difftune_pipeline.engine import Engine
+from difftune_pipeline.engine.ray_engine import RayEngine, WorkerPool
 from difftune_pipeline.warehouse import DEFAULT_PATH
 
 DEFAULT_INBOX = DEFAULT_PATH.parent / "inbox"
@@ -43,18 +47,65 @@ class Warehouse(dg.ConfigurableResource):
     path: str = str(DEFAULT_PATH)
 
 
+# Decoding x86 does not depend on the CPU model: ingestion decodes with this one.
+DECODER_MCPU = "haswell"
+
+
 @functools.cache
 def _engine(mcpu: str) -> Engine:
     return Engine(mcpu)
 
 
+@functools.cache
+def _ray_pool(workers: int, address: str) -> WorkerPool:
+    return WorkerPool(workers, address or None)
+
+
+@functools.cache
+def _ray_engine(mcpu: str, workers: int, address: str) -> RayEngine:
+    return RayEngine(mcpu, _ray_pool(workers, address))
+
+
 class EngineResource(dg.ConfigurableResource):
-    """The in-process llvm-mca engine for one -mcpu."""
+    """The in-process llvm-mca engines, one per -mcpu (built once per process)."""
 
-    mcpu: str = "haswell"
+    def get(self, mcpu: str) -> Engine:
+        return _engine(mcpu)
 
-    def get(self) -> Engine:
-        return _engine(self.mcpu)
+    def decoder(self) -> Engine:
+        return _engine(DECODER_MCPU)
+
+
+class Compute(dg.ConfigurableResource):
+    """Where the heavy stages simulate: ``threads`` (this process's cores) or
+    ``ray`` (Ray workers, one per CPU unless ``workers`` says; ``address`` or
+    ``RAY_ADDRESS`` attaches to a running cluster). Results are the same."""
+
+    backend: str = "threads"
+    workers: int = 0
+    address: str = ""
+
+    def engine(self, mcpu: str) -> Engine:
+        if self.backend == "threads":
+            return _engine(mcpu)
+        if self.backend == "ray":
+            return _ray_engine(mcpu, self.workers, self.address)
+        raise ValueError(f"unknown compute backend {self.backend!r}: threads or ray")
+
+    def describe(self) -> str:
+        if self.backend == "ray":
+            where = self.address or os.environ.get("RAY_ADDRESS") or "local"
+            return f"ray ({where}, {self.workers or 'one per CPU'} workers)"
+        return self.backend
+
+
+def compute_from_env(env=os.environ) -> Compute:
+    compute = Compute(
+        backend=env.get("DIFFTUNE_COMPUTE", "threads"), workers=int(env.get("DIFFTUNE_RAY_WORKERS", "0") or 0)
+    )
+    if compute.backend not in ("threads", "ray"):
+        raise ValueError(f"DIFFTUNE_COMPUTE={compute.backend!r}: threads or ray")
+    return compute
 
 
 class DataSources(dg.ConfigurableResource):
@@ -102,7 +153,8 @@ def resources() -> dg.Definitions:
     return dg.Definitions(
         resources={
             "warehouse": Warehouse(path=os.environ.get("DIFFTUNE_WAREHOUSE", str(DEFAULT_PATH))),
-            "engine": EngineResource(mcpu=os.environ.get("DIFFTUNE_MCPU", "haswell")),
+            "engine": EngineResource(),
+            "compute": compute_from_env(),
             "sources": DataSources.for_profile(settings.profile, os.environ.get("DIFFTUNE_DATA_DIR")),
             "settings": settings,
             "inbox": Inbox(path=os.environ.get("DIFFTUNE_INBOX", str(DEFAULT_INBOX))),

@@ -89,6 +89,16 @@ class Engine:
     def disassemble_many(self, hexes: list[str]) -> list[Block]:
         return self._native.disassemble_many([h.strip().lower() for h in hexes])
 
+    def rebuild(self, source: tuple[str, str]) -> Block:
+        """A block from another engine's ``Block.source`` (``("hex", ...)`` or ``("asm", ...)``):
+        how blocks travel to other processes, where a native block cannot go."""
+        kind, text = source
+        if kind == "hex":
+            return self.disassemble(text)
+        if kind == "asm":
+            return self.parse_asm(text)
+        raise ValueError(f"unknown block source kind {kind!r}: hex or asm")
+
     def parse_asm(self, text: str) -> Block:
         """AT&T assembly text as a block. NUL bytes are refused: LLVM's lexer recurses
         on each one and a long run of them overflows the stack."""

@@ -3,12 +3,21 @@ of the measured blocks."""
 
 from __future__ import annotations
 
-from difftune_pipeline.steps.context import StepContext
+from difftune_pipeline.steps.context import StepContext, fingerprint
 from difftune_pipeline.warehouse import queries, writer
 
 
 def default_params(ctx: StepContext) -> dict:
+    """The table stored, and a data version that changes with the table and with
+    the µarch's usable measurements: what the tuning downstream re-runs on."""
     table_id, table = ctx.default_table()
     with writer(ctx.db) as con:
         new = queries.save_table(con, table_id, table, kind="default", note="LLVM's scheduling model")
-    return {"table_id": table_id, "rows": len(table.rows), "new": new}
+    measured = queries.measurement_totals(ctx.db, ctx.uarch)
+    return {
+        "table_id": table_id,
+        "rows": len(table.rows),
+        "new": new,
+        "measured": measured[0],
+        "data_version": f"{table_id}-{fingerprint(measured)}",
+    }

@@ -3,12 +3,12 @@ parameter space; only their ids are stored, their values are regenerated."""
 
 from __future__ import annotations
 
-from difftune_pipeline.steps.context import StepContext
+from difftune_pipeline.steps.context import StepContext, fingerprint
 from difftune_pipeline.warehouse import queries, writer
 
 
 def sampled_tables(ctx: StepContext) -> dict:
-    space, default, _ = ctx.space()
+    space, default, train = ctx.space()
     tables = ctx.sampled_tables(space)
     with writer(ctx.db) as con:
         new = sum(
@@ -30,4 +30,5 @@ def sampled_tables(ctx: StepContext) -> dict:
         "columns": space.width,
         "tables": len(tables),
         "new_tables": new,
+        "data_version": fingerprint([t.table_id for t in tables], sorted(train)),
     }

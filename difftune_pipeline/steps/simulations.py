@@ -1,19 +1,31 @@
 """(train block, sampled table) pairs through the engine, one shard of the
-tables at a time. A shard writes its results in chunks, each in its own
-transaction, and skips the pairs already stored, so an interrupted run resumes
-without repeating or duplicating work."""
+tables at a time. Pairs are planned table by table and simulated in chunks,
+each written in its own transaction, skipping the pairs already stored: an
+interrupted run resumes without repeating or duplicating work, and memory holds
+one chunk, not the shard."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import polars as pl
 
-from difftune_pipeline.model.sampling import planned_blocks, shard_of, simulate
-from difftune_pipeline.steps.context import StepContext
+from difftune_pipeline.model.sampling import SampledTable, planned_blocks, shard_of, simulate
+from difftune_pipeline.steps.context import StepContext, fingerprint
 from difftune_pipeline.warehouse import insert_new, queries, writer
 
 CHUNK = 4000  # pairs per transaction
+
+
+def _todo(ctx: StepContext, mine: list[SampledTable], block_ids: list[str], counts: dict) -> Iterator[tuple]:
+    """The shard's pairs not yet stored, table by table (one table's stored pairs read at a time)."""
+    for t in mine:
+        planned = planned_blocks(t, block_ids, ctx.settings.blocks_per_table)
+        have = queries.simulated_pairs_done(ctx.db, ctx.settings.iterations, [t.table_id])
+        counts["planned"] += len(planned)
+        counts["already_done"] += sum((b, t.table_id) in have for b in planned)
+        yield from ((b, t) for b in planned if (b, t.table_id) not in have)
 
 
 def simulate_shard(ctx: StepContext, shard: int, chunk: int = CHUNK) -> dict:
@@ -21,40 +33,44 @@ def simulate_shard(ctx: StepContext, shard: int, chunk: int = CHUNK) -> dict:
     mine = [t for t in ctx.sampled_tables(space) if shard_of(t.table_id, ctx.settings.shards) == shard]
     iterations, label = ctx.settings.iterations, f"shard-{shard}"
     t0 = time.perf_counter()
-    have = queries.simulated_pairs_done(ctx.db, iterations, [t.table_id for t in mine])
-    planned = [(b, t) for t in mine for b in planned_blocks(t, list(blocks), ctx.settings.blocks_per_table)]
-    todo = [(b, t) for b, t in planned if (b, t.table_id) not in have]
-    regenerated, written = {}, 0
-    for start in range(0, len(todo), chunk):
-        part = todo[start : start + chunk]
-        needed = list(dict.fromkeys(t for _, t in part))
-        for t in needed:
-            if t.table_id not in regenerated:
-                regenerated[t.table_id] = space.sampled_table(t.preset, t.seed, default)
-        frame = simulate(ctx.engine, part, regenerated, blocks, iterations).with_columns(pl.lit(label).alias("shard"))
-        with writer(ctx.db) as con:
-            for t in needed:
-                queries.save_table(
-                    con,
-                    t.table_id,
-                    regenerated[t.table_id],
-                    kind="sampled",
-                    preset=t.preset,
-                    seed=t.seed,
-                    space_id=space.fingerprint(),
-                    values=False,
-                )
-            written += insert_new(con, "simulations", frame, ["block_id", "table_id", "iterations"])
-        later = {t.table_id for _, t in todo[start + chunk :]}
-        for t in needed:  # free tables whose pairs are all done
-            if t.table_id not in later:
-                regenerated.pop(t.table_id, None)
+    counts = {"planned": 0, "already_done": 0}
+    written, part = 0, []
+    for pair in _todo(ctx, mine, list(blocks), counts):
+        part.append(pair)
+        if len(part) == chunk:
+            written += _simulate_chunk(ctx, part, space, default, blocks, iterations, label)
+            part = []
+    if part:
+        written += _simulate_chunk(ctx, part, space, default, blocks, iterations, label)
     elapsed = time.perf_counter() - t0
     return {
-        "planned": len(planned),
-        "already_done": len(planned) - len(todo),
+        **counts,
         "simulated": written,
         "tables": len(mine),
         "seconds": round(elapsed, 1),
         "pairs_per_second": round(written / elapsed, 1) if written else 0.0,
+        # what the shard holds: its tables over the train blocks (sampled_tables' version names both)
+        "data_version": fingerprint(
+            [t.table_id for t in mine], sorted(blocks), ctx.settings.blocks_per_table, iterations
+        ),
     }
+
+
+def _simulate_chunk(ctx: StepContext, part: list, space, default, blocks: dict, iterations: int, label: str) -> int:
+    """Simulate one chunk and store it (with its tables' ids) in one transaction."""
+    needed = list(dict.fromkeys(t for _, t in part))
+    regenerated = {t.table_id: space.sampled_table(t.preset, t.seed, default) for t in needed}
+    frame = simulate(ctx.engine, part, regenerated, blocks, iterations).with_columns(pl.lit(label).alias("shard"))
+    with writer(ctx.db) as con:
+        for t in needed:
+            queries.save_table(
+                con,
+                t.table_id,
+                regenerated[t.table_id],
+                kind="sampled",
+                preset=t.preset,
+                seed=t.seed,
+                space_id=space.fingerprint(),
+                values=False,
+            )
+        return insert_new(con, "simulations", frame, ["block_id", "table_id", "iterations"])

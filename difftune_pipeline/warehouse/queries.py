@@ -60,6 +60,11 @@ def measurement_totals(db: Db, uarch: str) -> tuple:
     ).row(0)
 
 
+def measured_uarchs(db: Db) -> list[str]:
+    """The µarchs with usable measurements: the partitions of the DiffTune assets."""
+    return query("SELECT DISTINCT uarch FROM usable_measurements ORDER BY 1", db)["uarch"].to_list()
+
+
 def block_sources(db: Db) -> pl.DataFrame:
     return query("SELECT block_id, app FROM block_sources", db)
 

@@ -66,6 +66,7 @@ NB_MODULE(_engine, m) {
       .def_prop_ro("opcodes", &dt::Block::opcodes)
       .def_prop_ro("asm", &dt::Block::asm_lines)
       .def_prop_ro("row_keys", &dt::Block::row_keys)
+      .def_prop_ro("source", &dt::Block::source)
       .def_prop_ro("operands", [](const dt::Block &B) {
         nb::list L;
         for (const auto &O : B.operands()) {

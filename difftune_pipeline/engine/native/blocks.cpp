@@ -105,6 +105,8 @@ Block Engine::disassemble(const std::string &hex) const {
   EngineImpl &E = *impl_;
   auto B = std::make_shared<BlockImpl>();
   B->Engine = impl_;
+  B->Source = hex;
+  B->FromHex = true;
   auto fail = [&](std::string Msg) {
     B->Error = std::move(Msg);
     B->Insts.clear();
@@ -140,6 +142,7 @@ Block Engine::parse_asm(const std::string &text) const {
   EngineImpl &E = *impl_;
   auto B = std::make_shared<BlockImpl>();
   B->Engine = impl_;
+  B->Source = text;
   B->Src = std::make_shared<SourceMgr>();
   std::string Diag;
   B->Src->setDiagHandler(
@@ -181,6 +184,10 @@ const std::string &Block::error() const { return impl->Error; }
 size_t Block::size() const { return impl->Insts.size(); }
 std::vector<std::string> Block::asm_lines() const { return impl->Text; }
 std::vector<std::string> Block::row_keys() const { return impl->Keys; }
+
+std::pair<std::string, std::string> Block::source() const {
+  return {impl->FromHex ? "hex" : "asm", impl->Source};
+}
 std::vector<std::string> Block::opcodes() const {
   std::vector<std::string> R;
   for (const MCInst &MI : impl->Insts) R.push_back(impl->Engine->MCII->getName(MI.getOpcode()).str());

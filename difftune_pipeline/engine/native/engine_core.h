@@ -71,6 +71,8 @@ struct Block {
   // Parameter-row key of each instruction (opcode, or OPCODE#CLASS when variant).
   std::vector<std::string> row_keys() const;
   std::vector<InstrOperands> operands() const;
+  // ("hex", bytes) or ("asm", text): enough for another engine to rebuild the block.
+  std::pair<std::string, std::string> source() const;
 };
 
 struct SimResult {

@@ -124,6 +124,8 @@ struct BlockImpl {
   std::shared_ptr<llvm::SourceMgr> Src;  // parsed text only: owns the buffer
   std::shared_ptr<llvm::MCContext> Ctx;  // parsed text only: owns operand expressions
   std::string Error;
+  std::string Source;    // what the block was built from: its hex, or its assembly text
+  bool FromHex = false;  // which of the two
   std::vector<llvm::MCInst> Insts;
   std::vector<std::string> Text, Keys;
 };

@@ -1,0 +1,170 @@
+"""The engine with its simulations fanned out to Ray workers: the same results
+as ``Engine`` (each worker runs the same engine on the same pairs), on every
+core of this machine or of a cluster.
+
+Each worker is a Ray actor holding an engine per CPU model, its compiled tables
+(the engine's cache) and the blocks it was sent, decoded once; one pool of
+workers serves the engines of every µarch in a process. A native block
+cannot leave its process, so blocks travel as their ``source`` (hex or
+assembly text) through Ray's object store, once per block list; tables travel
+pickled. A worker that dies is restarted by Ray and its task retried, so a
+killed worker loses no pairs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections import OrderedDict
+
+import numpy as np
+
+from difftune_pipeline.engine import DEFAULT_CYCLE_CAP, DEFAULT_ITERATIONS, Block, Engine, ParamTable, SimResult
+
+MIN_CHUNK = 64  # pairs per task at least: a task costs about a millisecond of Ray's time
+SHIPPED_LISTS = 4  # block lists kept in the object store (a search reuses one for thousands of calls)
+
+
+def connect(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Attach to Ray once per process: ``address`` (or ``RAY_ADDRESS``) names a
+    running cluster; without one, Ray starts on this machine with ``num_cpus``."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    ray.init(
+        address=address,
+        num_cpus=None if address else num_cpus,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+
+
+def _worker_class():
+    import ray
+
+    @ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=-1)
+    class SimulationWorker:
+        """Engines in a Ray worker process, one per CPU model; blocks decoded once per list."""
+
+        def __init__(self):
+            self.engines: dict[str, Engine] = {}
+            self.blocks: OrderedDict[tuple[str, str], list[Block]] = OrderedDict()
+
+        def pid(self) -> int:
+            return os.getpid()
+
+        def simulate(self, mcpu, key, shipped, tables, block_idx, table_idx, iterations, cycle_cap, fast_forward):
+            engine = self.engines.get(mcpu) or self.engines.setdefault(mcpu, Engine(mcpu))
+            if (mcpu, key) not in self.blocks:
+                self.blocks[mcpu, key] = [engine.rebuild(s) for s in ray.get(shipped[0])]
+                if len(self.blocks) > SHIPPED_LISTS:
+                    self.blocks.popitem(last=False)
+            self.blocks.move_to_end((mcpu, key))
+            result = engine.simulate_pairs(
+                self.blocks[mcpu, key],
+                tables,
+                block_idx,
+                table_idx,
+                iterations=iterations,
+                threads=1,
+                cycle_cap=cycle_cap,
+                fast_forward=fast_forward,
+            )
+            return result.cycles, result.status
+
+    return SimulationWorker
+
+
+class WorkerPool:
+    """``workers`` Ray actors (0: one per CPU of the cluster), each taking one CPU."""
+
+    def __init__(self, workers: int = 0, address: str | None = None):
+        import ray
+
+        connect(address, workers or None)
+        n = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        worker = _worker_class()
+        self.workers = [worker.remote() for _ in range(n)]
+        self.tasks = 0  # tasks submitted, for the benchmarks
+
+    def __len__(self) -> int:
+        return len(self.workers)
+
+    def pids(self) -> list[int]:
+        import ray
+
+        return ray.get([w.pid.remote() for w in self.workers])
+
+    def close(self) -> None:
+        import ray
+
+        for w in self.workers:
+            ray.kill(w)
+        self.workers = []
+
+
+class RayEngine(Engine):
+    """``Engine`` whose ``simulate``/``simulate_pairs`` run on a pool of Ray
+    workers; everything else (decoding, tables, traces) runs in this process."""
+
+    def __init__(self, mcpu: str, pool: WorkerPool):
+        super().__init__(mcpu)
+        self.pool = pool
+        self._shipped: OrderedDict[int, tuple[list, str, object]] = OrderedDict()
+
+    def _ship(self, blocks: list[Block]) -> tuple[str, object]:
+        """(content key, object ref) of a block list's sources, put once while
+        the same list object is in use (it is held here, so its id stays its own)."""
+        import ray
+
+        hit = self._shipped.get(id(blocks))
+        if hit is not None and hit[0] is blocks and len(blocks) == len(hit[0]):
+            self._shipped.move_to_end(id(blocks))
+            return hit[1], hit[2]
+        sources = [b.source for b in blocks]
+        key = hashlib.sha256("\n".join(f"{k}:{t}" for k, t in sources).encode()).hexdigest()
+        ref = ray.put(sources)
+        self._shipped[id(blocks)] = (blocks, key, ref)
+        if len(self._shipped) > SHIPPED_LISTS:
+            self._shipped.popitem(last=False)
+        return key, ref
+
+    def simulate_pairs(
+        self,
+        blocks: list[Block],
+        tables: list[ParamTable | None],
+        block_idx,
+        table_idx,
+        *,
+        iterations: int = DEFAULT_ITERATIONS,
+        threads: int | None = None,
+        cycle_cap: int = DEFAULT_CYCLE_CAP,
+        fast_forward: bool = False,
+    ) -> SimResult:
+        """As ``Engine.simulate_pairs``, split into tasks over the workers
+        (``threads`` is the workers' business: each runs one)."""
+        import ray
+
+        block_idx = np.asarray(block_idx, dtype=np.int64)
+        table_idx = np.asarray(table_idx, dtype=np.int64)
+        n = len(block_idx)
+        if n == 0:
+            return SimResult(np.zeros(0, dtype=np.int64), [])
+        key, ref = self._ship(list(blocks) if not isinstance(blocks, list) else blocks)
+        tables_ref = ray.put(list(tables))
+        workers = self.pool.workers
+        tasks = max(1, min(len(workers) * 2, math.ceil(n / MIN_CHUNK)))
+        bounds = np.linspace(0, n, tasks + 1).astype(int)
+        futures = [
+            workers[i % len(workers)].simulate.remote(
+                self.mcpu, key, [ref], tables_ref, block_idx[a:b], table_idx[a:b], iterations, cycle_cap, fast_forward
+            )
+            for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))
+        ]
+        self.pool.tasks += len(futures)
+        parts = ray.get(futures)
+        return SimResult(np.concatenate([c for c, _ in parts]), [s for _, st in parts for s in st])
