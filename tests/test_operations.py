@@ -4,22 +4,34 @@ quality checks failing on bad results."""
 
 import json
 import os
+from datetime import datetime
 import shutil
 import time
 
 import dagster as dg
 import pytest
 
-from conftest import SAMPLE
+from conftest import SAMPLE, TEST_DATA
 from difftune_pipeline import quality
 from difftune_pipeline.definitions import defs
 from difftune_pipeline.defs.inbox import BATCHES, inbox_sensor, measurement_batches
-from difftune_pipeline.defs.resources import EngineResource, Inbox, Warehouse
+from difftune_pipeline.defs import difftune as difftune_defs
+from difftune_pipeline.defs import ingest as ingest_defs
+from difftune_pipeline.defs.partitions import UARCHS
+from difftune_pipeline.defs.resources import (
+    DataSources,
+    DiffTuneSettings,
+    EngineResource,
+    Inbox,
+    MeasurementFile,
+    Warehouse,
+)
 from difftune_pipeline.engine.reference import llvm_mca_many
 from difftune_pipeline.ingest import inbox
 from difftune_pipeline.warehouse import connection as store
 
 ROWS = (SAMPLE / "bhive_hsw_sample.csv").read_text().splitlines()
+SKYLAKE = (TEST_DATA / "bhive_skl_100.csv").read_text().splitlines()
 
 
 def _drop(folder, name, lines, age=60.0):
@@ -59,8 +71,8 @@ def test_sensor_new_file_once_and_never_half(tmp_path):
     assert [r.partition_key for r in _sensor(instance, box).run_requests] != [key]
 
 
-def _ingest_batch(instance, box, warehouse, path):
-    key = inbox.InboxFile(path, "haswell", inbox.unit_of(path)).partition_key
+def _ingest_batch(instance, box, warehouse, path, uarch="haswell"):
+    key = inbox.InboxFile(path, uarch, inbox.unit_of(path)).partition_key
     instance.add_dynamic_partitions(BATCHES.name, [key])
     resources = {
         "warehouse": Warehouse(path=str(warehouse)),
@@ -113,14 +125,90 @@ def test_a_new_batch_starts_the_downstream_re_tune(tmp_path, warehouse):
     assert after.get_num_requested(dg.AssetKey("sampled_tables")) == 0  # the full re-tune is the schedule's
 
 
-def test_the_nightly_schedule_loads_and_targets_the_re_tune():
+def test_the_nightly_schedule_re_tunes_each_uarch_with_data():
     definitions = defs()
     schedule = definitions.resolve_schedule_def("nightly_retune")
     assert schedule.cron_schedule == "0 2 * * *"
-    request = next(iter(schedule.evaluate_tick(dg.build_schedule_context()).run_requests))
+    with dg.instance_for_test() as instance:
+        tick = lambda: schedule.evaluate_tick(  # noqa: E731
+            dg.build_schedule_context(
+                instance=instance,
+                scheduled_execution_time=datetime(2026, 1, 2, 2),
+                repository_def=definitions.get_repository_def(),
+            )
+        )
+        assert "no µarch has measurements" in tick().skip_message
+        instance.add_dynamic_partitions(UARCHS.name, ["haswell", "skylake"])
+        requests = tick().run_requests
+    assert sorted(r.partition_key for r in requests) == ["haswell", "skylake"]
+    assert requests[0].run_key.endswith("-2026-01-02")
     job = definitions.resolve_job_def(schedule.job_name)
     assert {k.to_user_string() for k in job.asset_layer.selected_asset_keys} == {"sampled_tables"}
-    assert request is not None
+
+
+def test_a_new_cpu_in_the_inbox_adds_its_uarch_partition(tmp_path):
+    box, instance = tmp_path / "inbox", dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(UARCHS.name, ["haswell"])
+    _drop(box / "haswell", "h.csv", ROWS[:20])
+    _drop(box / "skylake", "s.csv", SKYLAKE[:20])
+    result = _sensor(instance, box)
+    added = {r.partitions_def_name: r.partition_keys for r in result.dynamic_partitions_requests}
+    assert added[UARCHS.name] == ["skylake"] and len(added[BATCHES.name]) == 2
+
+
+DIFFTUNE = ["block_features", "sampled_tables", "simulations", "surrogate", "learned_params", "evaluation"]
+
+
+def test_a_skylake_batch_re_tunes_only_skylake(tmp_path, warehouse):
+    """Both µarchs tuned; a new Skylake batch re-runs every µarch's (cheap)
+    default_params, and then only Skylake's tuning."""
+    box, instance, definitions = tmp_path / "inbox", dg.DagsterInstance.ephemeral(), defs()
+    graph = definitions.resolve_asset_graph()
+    ingestion = [ingest_defs.block_sources, ingest_defs.measurements, ingest_defs.blocks, ingest_defs.splits]
+    resources = {
+        "warehouse": Warehouse(path=str(warehouse)),
+        "engine": EngineResource(),
+        "sources": DataSources(
+            measurement_files=[MeasurementFile(path=str(SAMPLE / "bhive_hsw_sample.csv"), uarch="haswell")],
+            corpus_files=[],
+        ),
+        "settings": DiffTuneSettings(profile="smoke"),
+        "inbox": Inbox(path=str(box)),
+    }
+    _ingest_batch(instance, box, warehouse, _drop(box / "skylake", "first.csv", SKYLAKE[:60]), "skylake")
+    assert dg.materialize(ingestion, resources=resources, instance=instance).success
+    assert sorted(instance.get_dynamic_partitions(UARCHS.name)) == ["haswell", "skylake"]
+
+    def default_params(uarch):
+        assets = [difftune_defs.default_params]
+        assert dg.materialize(assets, resources=resources, instance=instance, partition_key=uarch).success
+
+    for uarch in ("haswell", "skylake"):
+        default_params(uarch)
+        for key in DIFFTUNE:  # as after a whole run
+            for partition in graph.get(dg.AssetKey(key)).partitions_def.get_partition_keys(
+                dynamic_partitions_store=instance
+            ):
+                if uarch in str(partition):
+                    instance.report_runless_asset_event(dg.AssetMaterialization(key, partition=partition))
+    first = dg.evaluate_automation_conditions(defs=definitions, instance=instance)
+    settled = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=first.cursor)
+    assert settled.total_requested == 0
+
+    _ingest_batch(instance, box, warehouse, _drop(box / "skylake", "second.csv", SKYLAKE[60:]), "skylake")
+    assert dg.materialize(ingestion[2:], resources=resources, instance=instance).success  # blocks, splits
+    after = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=settled.cursor)
+    assert after.get_requested_partitions(dg.AssetKey("default_params")) == {"haswell", "skylake"}
+    default_params("haswell")
+    default_params("skylake")
+    retune = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=after.cursor)
+    requested = {k: retune.get_requested_partitions(dg.AssetKey(k)) for k in ["default_params", *DIFFTUNE]}
+    skylake = {"skylake"}
+    assert {k: v for k, v in requested.items() if v} == {
+        "block_features": skylake,
+        "learned_params": skylake,
+        "evaluation": skylake,
+    }
 
 
 def test_engine_exactness_check(haswell, sample_rows):
