@@ -1,0 +1,134 @@
+"""Simulations on Ray workers: the same results as the threads path, a killed
+worker loses nothing, and the Dagster resource chooses the path."""
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conftest import SAMPLE
+from difftune_pipeline import steps
+from difftune_pipeline.config import override, settings_for
+from difftune_pipeline.defs import resources
+from difftune_pipeline.defs.resources import Compute, compute_from_env
+from difftune_pipeline.engine import Engine, ParamTable
+from difftune_pipeline.engine.ray_engine import RayEngine
+from difftune_pipeline.ingest import batches as ingest
+from difftune_pipeline.warehouse import connection as store
+
+SETTINGS = settings_for("sample", {"tables_per_preset": 2, "blocks_per_table": 150, "shards": 1})
+
+
+@pytest.fixture(scope="module")
+def pool():
+    import ray
+
+    workers = resources._ray_pool(2, "")  # the pool the Compute resource hands out
+    yield workers
+    workers.close()
+    ray.shutdown()
+
+
+def _ctx(db, engine, sample=True):
+    if sample:
+        ingest.ingest_measurements(SAMPLE / "bhive_hsw_sample.csv", "haswell", db, Engine("haswell"))
+        ingest.assign_splits(db)
+    return steps.StepContext(str(db), engine, SETTINGS)
+
+
+def _simulations(db):
+    return store.query(
+        "SELECT block_id, table_id, cycles, status FROM simulations ORDER BY block_id, table_id", db
+    ).rows()
+
+
+def test_ray_pairs_equal_the_engine_with_bad_tables_and_asm_blocks(pool, haswell, sample_rows):
+    ray_engine = RayEngine("haswell", pool)
+    blocks = haswell.disassemble_many([h for h, _ in sample_rows[:300]])
+    blocks.append(haswell.parse_asm("addq %rax, %rbx\nimulq %rbx, %rax"))  # travels as its text
+    base = haswell.default_table(blocks)
+    key = next(k for b in blocks for k in b.row_keys if base.rows[k]["latency"])
+    slower = ParamTable(base.mcpu, base.llvm_version, {**base.globals, "dispatch_width": 2}, {})
+    bad = ParamTable(base.mcpu, base.llvm_version, base.globals, {key: {**base.rows[key], "latency": [-5]}})
+    tables = [None, slower, bad]
+    rng = np.random.default_rng(0)
+    bidx, tidx = rng.integers(0, len(blocks), 2000), rng.integers(0, len(tables), 2000)
+    want = haswell.simulate_pairs(blocks, tables, bidx, tidx)
+    got = ray_engine.simulate_pairs(blocks, tables, bidx, tidx)
+    assert np.array_equal(got.cycles, want.cycles) and got.status == want.status
+    assert any(s.startswith("invalid table") for s in got.status)  # a bad table fails only its pairs
+    before = pool.tasks
+    again = ray_engine.simulate_pairs(blocks, tables, bidx[:10], tidx[:10])  # the block list is shipped once
+    assert again.status == want.status[:10] and pool.tasks == before + 1
+    assert ray_engine.simulate_pairs(blocks, tables, [], []).cycles.size == 0
+
+
+def test_a_ray_shard_equals_the_threads_shard(pool, haswell, tmp_path):
+    threads = _ctx(tmp_path / "threads.duckdb", haswell)
+    on_ray = _ctx(tmp_path / "ray.duckdb", RayEngine("haswell", pool))
+    steps.sampled_tables(threads)
+    steps.sampled_tables(on_ray)
+    a = steps.simulate_shard(threads, 0, chunk=250)
+    b = steps.simulate_shard(on_ray, 0, chunk=250)
+    assert a["simulated"] == b["simulated"] == a["planned"] == 600
+    assert a["data_version"] == b["data_version"]
+    assert _simulations(tmp_path / "threads.duckdb") == _simulations(tmp_path / "ray.duckdb")
+
+
+def test_a_worker_killed_mid_shard_loses_and_duplicates_nothing(pool, haswell, tmp_path, monkeypatch):
+    on_ray = _ctx(tmp_path / "ray.duckdb", RayEngine("haswell", pool))
+    threads = _ctx(tmp_path / "threads.duckdb", haswell)
+    steps.sampled_tables(on_ray)
+    steps.sampled_tables(threads)
+    victim = pool.pids()[0]
+    real, calls = RayEngine.simulate_pairs, {"n": 0}
+
+    def killing(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:  # the third chunk: kill a worker while its tasks run
+            threading.Timer(0.02, os.kill, (victim, signal.SIGKILL)).start()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(RayEngine, "simulate_pairs", killing)
+    out = steps.simulate_shard(on_ray, 0, chunk=100)
+    assert calls["n"] == 6 and out["simulated"] == out["planned"] == 600
+    time.sleep(0.1)
+    assert victim not in pool.pids()  # Ray restarted the worker and retried its tasks
+    steps.simulate_shard(threads, 0)
+    assert _simulations(tmp_path / "ray.duckdb") == _simulations(tmp_path / "threads.duckdb")
+    dupes = store.query(
+        "SELECT count(*) FROM (SELECT block_id, table_id FROM simulations GROUP BY ALL HAVING count(*) > 1)",
+        tmp_path / "ray.duckdb",
+    )
+    assert dupes.item() == 0
+
+
+def test_the_compute_resource_chooses_the_path(pool, monkeypatch):
+    assert type(Compute().engine("haswell")) is Engine
+    engine = Compute(backend="ray", workers=2).engine("skylake")
+    assert isinstance(engine, RayEngine) and engine.mcpu == "skylake" and len(engine.pool) == 2
+    assert Compute(backend="ray", workers=2).engine("haswell").pool is engine.pool  # one pool for every µarch
+    assert Compute(backend="ray").describe().startswith("ray (local")
+    with pytest.raises(ValueError, match="threads or ray"):
+        Compute(backend="spark").engine("haswell")
+    monkeypatch.setenv("DIFFTUNE_COMPUTE", "dask")
+    with pytest.raises(ValueError, match="threads or ray"):
+        compute_from_env()
+    monkeypatch.setenv("DIFFTUNE_COMPUTE", "ray")
+    monkeypatch.setenv("DIFFTUNE_RAY_WORKERS", "3")
+    assert compute_from_env().workers == 3
+
+
+def test_a_tuning_step_searches_on_ray(pool, tmp_path):
+    """The direct search's candidates on Ray: the same learned table as on threads."""
+    settings = override(SETTINGS, {"tuner": "direct", "search.budget": 1500, "search.rounds": 1})
+    threads = steps.StepContext(str(tmp_path / "t.duckdb"), Engine("haswell"), settings)
+    on_ray = steps.StepContext(str(tmp_path / "r.duckdb"), RayEngine("haswell", pool), settings)
+    for ctx in (threads, on_ray):
+        _ctx(ctx.db, ctx.engine)
+        steps.default_params(ctx)
+    a, b = steps.learn(threads, log=lambda _: None), steps.learn(on_ray, log=lambda _: None)
+    assert a["table_id"] == b["table_id"] and a["learned_val_mape"] == b["learned_val_mape"]
