@@ -7,7 +7,8 @@ Each worker is a Ray actor holding an engine per CPU model, its compiled tables
 workers serves the engines of every µarch in a process. A native block
 cannot leave its process, so blocks travel as their ``source`` (hex or
 assembly text) through Ray's object store, once per block list; tables travel
-pickled. A worker that dies is restarted by Ray and its task retried, so a
+as the rows that differ from LLVM's (all a worker's engine compiles), not the
+thousands of rows of a full table. A worker that dies is restarted by Ray and its task retried, so a
 killed worker loses no pairs.
 """
 
@@ -26,17 +27,15 @@ MIN_CHUNK = 64  # pairs per task at least: a task costs about a millisecond of R
 SHIPPED_LISTS = 4  # block lists kept in the object store (a search reuses one for thousands of calls)
 
 
-def connect(address: str | None = None, num_cpus: int | None = None) -> None:
+def connect(address: str | None = None) -> None:
     """Attach to Ray once per process: ``address`` (or ``RAY_ADDRESS``) names a
-    running cluster; without one, Ray starts on this machine with ``num_cpus``."""
+    running cluster; without one, Ray starts on this machine's CPUs."""
     import ray
 
     if ray.is_initialized():
         return
-    address = address or os.environ.get("RAY_ADDRESS") or None
     ray.init(
-        address=address,
-        num_cpus=None if address else num_cpus,
+        address=address or os.environ.get("RAY_ADDRESS") or None,
         include_dashboard=False,
         log_to_driver=False,
         configure_logging=False,
@@ -54,8 +53,9 @@ def _worker_class():
             self.engines: dict[str, Engine] = {}
             self.blocks: OrderedDict[tuple[str, str], list[Block]] = OrderedDict()
 
-        def pid(self) -> int:
-            return os.getpid()
+        def where(self) -> tuple[str, int]:
+            """(Ray node id, process id) of this worker."""
+            return ray.get_runtime_context().get_node_id(), os.getpid()
 
         def simulate(self, mcpu, key, shipped, tables, block_idx, table_idx, iterations, cycle_cap, fast_forward):
             engine = self.engines.get(mcpu) or self.engines.setdefault(mcpu, Engine(mcpu))
@@ -85,7 +85,7 @@ class WorkerPool:
     def __init__(self, workers: int = 0, address: str | None = None):
         import ray
 
-        connect(address, workers or None)
+        connect(address)
         n = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         worker = _worker_class()
         self.workers = [worker.remote() for _ in range(n)]
@@ -94,10 +94,14 @@ class WorkerPool:
     def __len__(self) -> int:
         return len(self.workers)
 
-    def pids(self) -> list[int]:
+    def where(self) -> list[tuple[str, int]]:
+        """(node id, process id) of each worker."""
         import ray
 
-        return ray.get([w.pid.remote() for w in self.workers])
+        return ray.get([w.where.remote() for w in self.workers])
+
+    def pids(self) -> list[int]:
+        return [pid for _, pid in self.where()]
 
     def close(self) -> None:
         import ray
@@ -133,6 +137,12 @@ class RayEngine(Engine):
             self._shipped.popitem(last=False)
         return key, ref
 
+    def _sparse(self, table: ParamTable | None) -> ParamTable | None:
+        """``table`` as its globals and the rows that differ from LLVM's: compiled the same."""
+        if table is None:
+            return None
+        return ParamTable(table.mcpu, table.llvm_version, dict(table.globals), table.changed_rows(self._base()))
+
     def simulate_pairs(
         self,
         blocks: list[Block],
@@ -155,7 +165,7 @@ class RayEngine(Engine):
         if n == 0:
             return SimResult(np.zeros(0, dtype=np.int64), [])
         key, ref = self._ship(list(blocks) if not isinstance(blocks, list) else blocks)
-        tables_ref = ray.put(list(tables))
+        tables_ref = ray.put([self._sparse(t) for t in tables])
         workers = self.pool.workers
         tasks = max(1, min(len(workers) * 2, math.ceil(n / MIN_CHUNK)))
         bounds = np.linspace(0, n, tasks + 1).astype(int)
