@@ -49,7 +49,9 @@ def main() -> None:
     parser.add_argument("--shard", type=int, default=0)
     add_data_argument(parser)
     args = parser.parse_args()
-    measured = SAMPLE_DIR / "bhive_hsw_sample.csv" if args.data is None else args.data / "ground_truth" / GROUND_TRUTH[args.mcpu]
+    measured = SAMPLE_DIR / "bhive_hsw_sample.csv"
+    if args.data is not None:
+        measured = args.data / "ground_truth" / GROUND_TRUTH[args.mcpu]
     settings = settings_for("full")
     ray_cli("stop", "--force")
     ray_cli("start", "--head", f"--port={PORT}", "--num-cpus=1", "--include-dashboard=false", "--disable-usage-stats")
