@@ -2,6 +2,7 @@
 
 import dagster as dg
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from conftest import SAMPLE, screenshots
@@ -10,6 +11,7 @@ from difftune_pipeline.cli import app
 from difftune_pipeline.config import override, settings_for
 from difftune_pipeline.engine import Engine
 from difftune_pipeline.ingest import batches as ingest
+from difftune_pipeline.surrogates.base import training_device
 from difftune_pipeline.warehouse import connection as store
 from difftune_pipeline.warehouse import queries
 
@@ -49,6 +51,7 @@ def test_stages_end_to_end_and_again_without_work(ctx, warehouse):
     assert sum(d["simulated"] for d in done) == 4 * 150
     run = steps.train_surrogate(ctx, log=lambda *_: None)
     assert run["model"] == "structured" and 0 < run["heldout_mape"] < 0.25 and not run["reused"]
+    assert run["device"] == str(training_device())  # the GPU where torch sees one, else the CPU
     learned = steps.learn(ctx, log=lambda *_: None)
     default_id, default = ctx.default_table()
     assert learned["learned_val_mape"] <= learned["default_val_mape"]
@@ -72,6 +75,15 @@ def test_stages_end_to_end_and_again_without_work(ctx, warehouse):
     assert again["reused"] and again["learned_val_mape"] == learned["learned_val_mape"]
     steps.evaluate(ctx, [default_id, learned["table_id"]])
     assert {t: _count(warehouse, t) for t in counts} == counts
+
+
+def test_the_training_device_is_chosen_and_checked(monkeypatch):
+    monkeypatch.setenv("DIFFTUNE_TORCH_DEVICE", "cpu")
+    assert training_device() == torch.device("cpu")
+    for bad in ("gpu0", "cuda:99" if torch.cuda.is_available() else "cuda"):
+        monkeypatch.setenv("DIFFTUNE_TORCH_DEVICE", bad)
+        with pytest.raises(ValueError, match="cannot be used here"):
+            training_device()
 
 
 def test_interrupted_simulation_resumes_without_loss_or_duplicates(ctx, warehouse, monkeypatch):

@@ -4,9 +4,9 @@ quality checks failing on bad results."""
 
 import json
 import os
-from datetime import datetime
 import shutil
 import time
+from datetime import datetime
 
 import dagster as dg
 import pytest
@@ -14,9 +14,9 @@ import pytest
 from conftest import SAMPLE, TEST_DATA
 from difftune_pipeline import quality
 from difftune_pipeline.definitions import defs
-from difftune_pipeline.defs.inbox import BATCHES, inbox_sensor, measurement_batches
 from difftune_pipeline.defs import difftune as difftune_defs
 from difftune_pipeline.defs import ingest as ingest_defs
+from difftune_pipeline.defs.inbox import BATCHES, inbox_sensor, measurement_batches
 from difftune_pipeline.defs.partitions import UARCHS
 from difftune_pipeline.defs.resources import (
     DataSources,

@@ -176,6 +176,7 @@ def surrogate(
             "heldout_mape_pct": round(100 * out["heldout_mape"], 2),
             "heldout_kendall_tau": None if out["heldout_kendall_tau"] is None else round(out["heldout_kendall_tau"], 3),
             "train_seconds": round(out["train_seconds"], 1),
+            "device": out["device"] or "reused: not trained in this run",
             "n_train": out["n_train"],
             "reused": out["reused"],
         },

@@ -32,7 +32,7 @@ def train_surrogate(ctx: StepContext, log=print) -> dict:
     )
     done = queries.surrogate_run(ctx.db, run_id)
     if done is not None and Path(done["checkpoint"]).exists():
-        return {**done, "reused": True}
+        return {**done, "device": None, "reused": True}
     pairs = training_pairs(
         queries.simulated_cycles(ctx.db, settings.iterations, table_ids), space, default, tables, list(train_blocks)
     )
@@ -59,7 +59,7 @@ def train_surrogate(ctx: StepContext, log=print) -> dict:
     }
     with writer(ctx.db) as con:
         insert_new(con, "surrogate_runs", pl.DataFrame([row]), ["run_id"])
-    return {**row, "reused": False}
+    return {**row, "device": report["device"], "reused": False}
 
 
 def latest_surrogate(ctx: StepContext) -> dict:

@@ -6,7 +6,9 @@ only what is its own: its inputs per block, its network, its forward pass over
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -34,6 +36,31 @@ class FitConfig:
     heldout_fraction: float = 0.1  # of the blocks, never trained on
     seed: int = 0
     threads: int = 2
+
+
+def training_device() -> torch.device:
+    """Where a surrogate trains: ``DIFFTUNE_TORCH_DEVICE`` when set, else the GPU
+    when torch sees one, else the CPU. Tuning and checkpoints stay on the CPU."""
+    name = os.environ.get("DIFFTUNE_TORCH_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as exc:
+        raise ValueError(f"DIFFTUNE_TORCH_DEVICE={name!r} cannot be used here: {exc}") from None
+    return device
+
+
+def moved(value, device: torch.device):
+    """``value`` with every tensor in it (dataclass fields, lists, tuples) on ``device``."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(
+            value, **{f.name: moved(getattr(value, f.name), device) for f in dataclasses.fields(value)}
+        )
+    if isinstance(value, (list, tuple)):
+        return type(value)(moved(v, device) for v in value)
+    return value
 
 
 def relative_error(pred: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
@@ -102,17 +129,24 @@ class Surrogate:
         raise NotImplementedError
 
     # ---- shared -------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        """Where the model is: inputs are assembled on the CPU and moved there."""
+        return next(self.model.parameters()).device
+
     def fit(self, blocks: list, pairs: Pairs, log=print) -> dict:
         """Train on the pairs of all but a held-out fraction of the blocks (the
         engine ``blocks`` of ``pairs.block_ids``); report the held-out fidelity
-        (MAPE and Kendall tau against the engine)."""
+        (MAPE and Kendall tau against the engine). Trains on ``training_device()``;
+        the model is back on the CPU when it returns."""
         config = self.config
+        device = training_device()
         torch.manual_seed(config.seed)
         torch.set_num_threads(config.threads)
         rng = np.random.default_rng(config.seed)
         inputs = self.inputs(blocks)
         is_held = heldout_blocks(len(pairs.block_ids), pairs.block_idx, config.heldout_fraction, rng)
-        self.model = self.build_model(pairs, ~is_held)
+        self.model = self.build_model(pairs, ~is_held).to(device)
         optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
         epoch = self.batches(inputs, pairs, ~is_held)
         t0, epochs = time.perf_counter(), 0
@@ -120,7 +154,7 @@ class Surrogate:
             self.model.train()
             losses = []
             for samples in epoch(rng):
-                loss = mape_loss(self.forward(inputs, pairs, samples), pairs.cycles[samples])
+                loss = mape_loss(self.forward(inputs, pairs, samples), pairs.cycles[samples].to(device))
                 optimizer.zero_grad()
                 loss.backward()
                 if self.clip is not None:
@@ -132,7 +166,7 @@ class Surrogate:
             epochs += 1
             log(f"{self.kind} surrogate epoch {epochs}: train MAPE {100 * np.mean(losses):.2f}%")
         seconds = time.perf_counter() - t0
-        self.model.eval()
+        self.model.to("cpu").eval()
         held = torch.nonzero(is_held).squeeze(-1)
         with torch.no_grad():
             pred = (
@@ -143,6 +177,7 @@ class Surrogate:
         truth = pairs.cycles[held]
         return {
             "train_seconds": seconds,
+            "device": str(device),
             "epochs": epochs,
             "n_train": int((~is_held).sum()),
             "n_heldout": int(len(held)),

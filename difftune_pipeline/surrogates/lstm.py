@@ -202,14 +202,15 @@ class LSTMSurrogate(Surrogate):
 
     def forward(self, inputs: BlockTensors, pairs: Pairs, samples: torch.Tensor) -> torch.Tensor:
         """Predictions for samples, running the token LSTM once per distinct block."""
+        device = self.device
         blocks, inverse = torch.unique(pairs.block_idx[samples], return_inverse=True)
         sel = inputs.select(blocks)
-        inst = self.model.embed_instructions(sel.tok, sel.tok_len)[inverse]
+        inst = self.model.embed_instructions(sel.tok.to(device), sel.tok_len)[inverse.to(device)]
         rows = sel.rows[inverse]
         tables = pairs.table_idx[samples]
         params = pairs.tables[tables.unsqueeze(1), rows] / PARAM_SCALE
         g = pairs.globals_[tables] / GLOBAL_SCALE
-        return self.model(inst, params, sel.n_insts[inverse], g)
+        return self.model(inst, params.to(device), sel.n_insts[inverse], g.to(device))
 
     def predict_fn(self, inputs: BlockTensors):
         with torch.no_grad():

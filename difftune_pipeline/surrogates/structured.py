@@ -27,7 +27,7 @@ from torch import nn
 from difftune_pipeline.model.features import containment
 from difftune_pipeline.model.graph import BatchGraph, BlockGraphs, dependencies, latency_bounds
 from difftune_pipeline.model.params import READ_ADVANCE_SLOTS
-from difftune_pipeline.surrogates.base import FitConfig, Pairs, Surrogate
+from difftune_pipeline.surrogates.base import FitConfig, Pairs, Surrogate, moved
 
 STATIC = ["n_insts", "loads", "stores", "regs_read", "regs_written", "memory_deps"]
 
@@ -169,7 +169,8 @@ class StructuredSurrogate(Surrogate):
         table_idx = pairs.table_idx[samples]
         batch = inputs.select(pairs.block_idx[samples])
         params = pairs.tables[table_idx.unsqueeze(1), batch.rows]
-        return self.model(params, pairs.globals_[table_idx], batch)
+        device = self.device
+        return self.model(params.to(device), pairs.globals_[table_idx].to(device), moved(batch, device))
 
     def predict_fn(self, inputs: StructuredBlocks):
         def predict(matrix: torch.Tensor, globals_: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -180,7 +181,7 @@ class StructuredSurrogate(Surrogate):
         return predict
 
     def checkpoint(self) -> dict:
-        return {"n_resources": self.model.n_resources, "contain": self.model.contain.numpy()}
+        return {"n_resources": self.model.n_resources, "contain": self.model.contain.cpu().numpy()}
 
     @classmethod
     def from_checkpoint(cls, data: dict) -> StructuredSurrogate:
