@@ -7,7 +7,7 @@ makes worse than the default, simulator calls and wall time on this machine.
 
 WAREHOUSE is one the ``full`` profile has materialised for the µarch (its
 simulations and DiffTune's learned table), e.g.
-``DIFFTUNE_PROFILE=full DIFFTUNE_DATA_DIR=../shared/data DIFFTUNE_MCPU=haswell make run``; the
+``DIFFTUNE_PROFILE=full DIFFTUNE_DATA_DIR=../shared/data make run``; the
 settings are that profile's (``difftune_pipeline.config``).
 The warehouse is only read; the tables learned here are written to
 ``bench/out/tables/``. The structured surrogate gets the LSTM's training time
