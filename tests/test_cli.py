@@ -155,6 +155,15 @@ def test_materialize_refuses_a_bad_selection(cli_env):
     assert result.exit_code == 2 and "bad asset selection" in result.output
 
 
+def test_materialize_narrows_to_a_uarch_and_says_when_it_has_nothing(cli_env, monkeypatch):
+    refused = runner.invoke(app, ["materialize", "--uarch", "pentium5"])
+    assert refused.exit_code == 2 and "pentium5: not a CPU LLVM" in refused.output
+    monkeypatch.setenv("DAGSTER_HOME", str(cli_env / "home"))
+    (cli_env / "home").mkdir()
+    empty = runner.invoke(app, ["materialize", "--select", "key:evaluation", "--uarch", "skylake"])
+    assert empty.exit_code == 0 and "no partition of skylake: it has no measurements" in empty.output
+
+
 @pytest.fixture
 def stocked(cli_env, haswell):
     """A warehouse with one measured block."""

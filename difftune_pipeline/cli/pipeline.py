@@ -23,6 +23,7 @@ from difftune_pipeline.cli.common import (
     print_json,
     progress,
 )
+from difftune_pipeline.engine import CPUS, LLVM_VERSION
 from difftune_pipeline.warehouse import DEFAULT_PATH
 from difftune_pipeline.warehouse.connection import user_query
 
@@ -86,6 +87,10 @@ def materialize(
             ValueError(f"bad asset selection {select!r} (e.g. 'key:learned_params or key:evaluation'): {exc}")
         ) from None
     ordered = [k for level in graph.toposorted_asset_keys_by_level for k in sorted(level) if k in selected]
+    unknown = [u for u in uarch or [] if u not in CPUS]
+    if unknown:
+        raise fail(ValueError(f"--uarch {', '.join(unknown)}: not a CPU LLVM {LLVM_VERSION} models"))
+    matched: set[str] = set()
     with dg.DagsterInstance.get() as instance, progress() as bar:
         reaped, freed = recovery.reap_dead_runs(instance)
         for run_id in reaped:
@@ -97,6 +102,7 @@ def materialize(
         for keys, partitions_def in _groups(graph, ordered):
             # partitions are read when their asset's turn comes: ingestion adds the µarchs
             partitions = [None] if partitions_def is None else _partitions(partitions_def, instance, uarch)
+            matched |= {u for u in uarch or [] if any(u in str(p).split("|") for p in partitions)}
             for partition in partitions:
                 names = escape(", ".join(k.to_user_string() for k in keys) + (f" [{partition}]" if partition else ""))
                 bar.update(task, description=f"materialising {names}", completed=done)
@@ -121,6 +127,8 @@ def materialize(
                     )
                     raise typer.Exit(1)
                 console.print(f"materialised [bold]{names}[/bold]")
+    for missing in sorted(set(uarch or []) - matched):
+        err_console.print(f"no partition of {missing}: it has no measurements, so nothing of it was materialised")
 
 
 def _groups(graph, ordered: list) -> list[tuple[list, object]]:
