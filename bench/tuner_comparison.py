@@ -124,7 +124,7 @@ def main() -> None:
     # The structured surrogate: same simulations, the LSTM's training time (capped).
     t0 = time.perf_counter()
     pairs = training_pairs(
-        queries.simulated_cycles(args.db, settings.iterations, [t.table_id for t in tables]),
+        lambda table_id: queries.simulated_cycles(args.db, settings.iterations, [table_id]),
         space,
         default,
         tables,

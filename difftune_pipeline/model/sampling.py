@@ -9,6 +9,7 @@ as DiffTune did, so millions of samples stay small.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,19 +97,34 @@ class Pairs:
 
 
 def training_pairs(
-    simulated: pl.DataFrame, space: ParamSpace, default: ParamTable, tables: list[SampledTable], block_ids: list[str]
+    read_table: Callable[[str], pl.DataFrame],
+    space: ParamSpace,
+    default: ParamTable,
+    tables: list[SampledTable],
+    block_ids: list[str],
 ) -> Pairs:
-    """The pairs of ``simulated`` (block_id, table_id, cycles, ordered) over ``block_ids``."""
-    sims = simulated.filter(pl.col("block_id").is_in(list(block_ids)))
-    ids = sorted(set(sims["block_id"].to_list()))
-    bpos = {b: i for i, b in enumerate(ids)}
-    tpos = {t.table_id: i for i, t in enumerate(tables)}
-    encoded = [space.encode(space.sampled_table(t.preset, t.seed, default)) for t in tables]
+    """The simulated pairs of ``tables`` over ``block_ids``, ordered by block id then
+    table id; ``read_table(table_id)`` gives one table's (block_id, cycles) rows. One
+    table is read at a time and kept as numbers, so memory grows with the pairs'
+    indices, not with their ids' strings."""
+    order = sorted(set(block_ids))
+    pos = {b: i for i, b in enumerate(order)}
+    blocks, table_idx, cycles = [], [], []
+    for i, t in enumerate(tables):
+        rows = read_table(t.table_id).filter(pl.col("block_id").is_in(order))
+        blocks.append(np.fromiter((pos[b] for b in rows["block_id"]), dtype=np.int64, count=rows.height))
+        table_idx.append(np.full(rows.height, i, dtype=np.int64))
+        cycles.append(rows["cycles"].to_numpy().astype(np.float32))
+    b, t, c = (np.concatenate(x) if x else np.zeros(0, np.int64) for x in (blocks, table_idx, cycles))
+    by_id = np.argsort(np.argsort([t.table_id for t in tables])) if tables else np.zeros(0, np.int64)
+    ordered = np.lexsort((by_id[t], b))
+    present = np.unique(b)
+    encoded = [space.encode(space.sampled_table(s.preset, s.seed, default)) for s in tables]
     return Pairs(
-        block_ids=ids,
+        block_ids=[order[i] for i in present],
         tables=torch.tensor(np.stack([np.vstack([m, np.zeros((1, m.shape[1]), m.dtype)]) for m, _ in encoded])),
         globals_=torch.tensor(np.stack([g for _, g in encoded])),
-        block_idx=torch.tensor([bpos[b] for b in sims["block_id"].to_list()]),
-        table_idx=torch.tensor([tpos[t] for t in sims["table_id"].to_list()]),
-        cycles=torch.tensor(sims["cycles"].to_numpy(), dtype=torch.float32),
+        block_idx=torch.from_numpy(np.searchsorted(present, b[ordered])),
+        table_idx=torch.from_numpy(t[ordered]),
+        cycles=torch.from_numpy(c[ordered].astype(np.float32)),
     )

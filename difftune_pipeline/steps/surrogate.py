@@ -34,7 +34,11 @@ def train_surrogate(ctx: StepContext, log=print) -> dict:
     if done is not None and Path(done["checkpoint"]).exists():
         return {**done, "device": None, "reused": True}
     pairs = training_pairs(
-        queries.simulated_cycles(ctx.db, settings.iterations, table_ids), space, default, tables, list(train_blocks)
+        lambda table_id: queries.simulated_cycles(ctx.db, settings.iterations, [table_id]),
+        space,
+        default,
+        tables,
+        list(train_blocks),
     )
     if len(pairs.cycles) == 0:
         raise ValueError("no simulations to train on: materialise the simulations first")
