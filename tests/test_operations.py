@@ -146,14 +146,16 @@ def test_the_nightly_schedule_re_tunes_each_uarch_with_data():
     assert {k.to_user_string() for k in job.asset_layer.selected_asset_keys} == {"sampled_tables"}
 
 
-def test_a_new_cpu_in_the_inbox_adds_its_uarch_partition(tmp_path):
+def test_a_cpus_first_usable_batch_adds_its_uarch_partition(tmp_path, warehouse):
     box, instance = tmp_path / "inbox", dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(UARCHS.name, ["haswell"])
-    _drop(box / "haswell", "h.csv", ROWS[:20])
     _drop(box / "skylake", "s.csv", SKYLAKE[:20])
     result = _sensor(instance, box)
-    added = {r.partitions_def_name: r.partition_keys for r in result.dynamic_partitions_requests}
-    assert added[UARCHS.name] == ["skylake"] and len(added[BATCHES.name]) == 2
+    assert [r.partitions_def_name for r in result.dynamic_partitions_requests] == [BATCHES.name]  # not yet
+    per_iteration = [f"{h},{float(c) / 100:g}" for h, c in (r.split(",") for r in ROWS[100:140])]
+    _, failed = _ingest_batch(instance, box, warehouse, _drop(box / "ivybridge", "bad.csv", per_iteration), "ivybridge")
+    assert not failed.success and instance.get_dynamic_partitions(UARCHS.name) == []  # failed sanity: no partition
+    _ingest_batch(instance, box, warehouse, box / "skylake" / "s.csv", "skylake")
+    assert instance.get_dynamic_partitions(UARCHS.name) == ["skylake"]
 
 
 DIFFTUNE = ["block_features", "sampled_tables", "simulations", "surrogate", "learned_params", "evaluation"]

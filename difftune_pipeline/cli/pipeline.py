@@ -91,6 +91,7 @@ def materialize(
     if unknown:
         raise fail(ValueError(f"--uarch {', '.join(unknown)}: not a CPU LLVM {LLVM_VERSION} models"))
     matched: set[str] = set()
+    narrowed = False  # whether the selection has assets partitioned by µarch
     with dg.DagsterInstance.get() as instance, progress() as bar:
         reaped, freed = recovery.reap_dead_runs(instance)
         for run_id in reaped:
@@ -102,7 +103,8 @@ def materialize(
         for keys, partitions_def in _groups(graph, ordered):
             # partitions are read when their asset's turn comes: ingestion adds the µarchs
             partitions = [None] if partitions_def is None else _partitions(partitions_def, instance, uarch)
-            matched |= {u for u in uarch or [] if any(u in str(p).split("|") for p in partitions)}
+            narrowed |= partitions_def is not None
+            matched |= {u for u in uarch or [] if any(_uarch_of(p, partitions_def) == u for p in partitions)}
             for partition in partitions:
                 names = escape(", ".join(k.to_user_string() for k in keys) + (f" [{partition}]" if partition else ""))
                 bar.update(task, description=f"materialising {names}", completed=done)
@@ -127,7 +129,7 @@ def materialize(
                     )
                     raise typer.Exit(1)
                 console.print(f"materialised [bold]{names}[/bold]")
-    for missing in sorted(set(uarch or []) - matched):
+    for missing in sorted(set(uarch or []) - matched) if narrowed else []:
         err_console.print(f"no partition of {missing}: it has no measurements, so nothing of it was materialised")
 
 
@@ -145,16 +147,23 @@ def _groups(graph, ordered: list) -> list[tuple[list, object]]:
 
 def _partitions(partitions_def, instance, uarchs: list[str] | None) -> list[str]:
     """The partition keys to run, narrowed to ``uarchs`` (by the µarch dimension where there is one)."""
+    keys = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
+    return keys if not uarchs else [k for k in keys if _uarch_of(k, partitions_def) in uarchs]
+
+
+def _uarch_of(key, partitions_def) -> str | None:
+    """The µarch of a partition key: ``skylake``, ``shard-0|skylake``, or an inbox
+    batch ``skylake-<batch id>`` (CPU names may hold hyphens; batch ids do not)."""
     import dagster as dg
 
-    keys = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
-    if not uarchs:
-        return keys
-    if isinstance(partitions_def, dg.MultiPartitionsDefinition):
-        return [k for k in keys if k.keys_by_dimension["uarch"] in uarchs]
-    if getattr(partitions_def, "name", None) == "uarchs":
-        return [k for k in keys if k in uarchs]
-    return keys
+    if isinstance(key, dg.MultiPartitionKey):
+        return key.keys_by_dimension["uarch"]
+    name = getattr(partitions_def, "name", None)
+    if name == "uarchs":
+        return key
+    if name == "measurement_batches":
+        return key.rsplit("-", 1)[0]
+    return None
 
 
 @app.command()

@@ -52,7 +52,7 @@ def _ctx(
             "engine_exactness",
             "default_params",
             "The engine equals the llvm-mca binary on a sample of measured blocks (default table)",
-            partitions_def=UARCHS,
+            UARCHS,
         )
     ],
 )
@@ -156,7 +156,7 @@ def simulations(
     code_version=CODE_VERSIONS["surrogate"],
     automation_condition=FOLLOWS_UPSTREAM_DATA,
     check_specs=[
-        blocking_check("surrogate_fidelity", "surrogate", "Held-out MAPE against the engine within the limit")
+        blocking_check("surrogate_fidelity", "surrogate", "Held-out MAPE against the engine within the limit", UARCHS)
     ],
 )
 def surrogate(
@@ -197,7 +197,7 @@ def surrogate(
     automation_condition=FOLLOWS_UPSTREAM_DATA,
     check_specs=[
         blocking_check(
-            "no_worse_than_default", "learned_params", "Engine MAPE on val of the learned table ≤ the default's"
+            "no_worse_than_default", "learned_params", "Engine MAPE on val of the learned table ≤ the default's", UARCHS
         )
     ],
 )

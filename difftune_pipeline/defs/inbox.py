@@ -1,12 +1,12 @@
 """New measurements: a sensor watches the inbox, adds a dynamic partition per
-batch (and a µarch partition for a CPU measured the first time) and requests
-its ingestion; automation conditions re-tune that µarch."""
+batch and requests its ingestion; a CPU's first usable batch adds its µarch
+partition, and automation conditions re-tune that µarch."""
 
 import dagster as dg
 
 from difftune_pipeline.defs.ingest import GROUP, SANITY, SANITY_DESCRIPTION, WRITER_POOL, batch_metadata
 from difftune_pipeline.defs.metadata import blocking_check, check_result, row_count
-from difftune_pipeline.defs.partitions import UARCHS, add_uarchs
+from difftune_pipeline.defs.partitions import add_uarchs
 from difftune_pipeline.defs.resources import EngineResource, Inbox, Warehouse
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.ingest import inbox as inbox_files
@@ -21,7 +21,7 @@ BATCHES = dg.DynamicPartitionsDefinition(name="measurement_batches")
     partitions_def=BATCHES,
     pool=WRITER_POOL,
     kinds={"duckdb"},
-    check_specs=[blocking_check(SANITY, "measurement_batches", SANITY_DESCRIPTION, partitions_def=BATCHES)],
+    check_specs=[blocking_check(SANITY, "measurement_batches", SANITY_DESCRIPTION, BATCHES)],
 )
 def measurement_batches(context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, inbox: Inbox):
     """One batch dropped into the inbox (``<inbox>/<mcpu>/<name>.csv``), ingested
@@ -33,7 +33,8 @@ def measurement_batches(context: dg.AssetExecutionContext, warehouse: Warehouse,
     if found is not None:
         summary = ingest.ingest_measurements(found.path, found.uarch, warehouse.path, engine.decoder(), found.unit)
         meta = batch_metadata([summary])
-        add_uarchs(context.instance, [found.uarch])
+        if found.uarch in queries.measured_uarchs(warehouse.path):  # usable: sane and not dropped
+            add_uarchs(context.instance, [found.uarch])
     elif queries.batch_exists(warehouse.path, batch_id):
         meta = {"already_ingested": True}  # the file was removed after ingestion: nothing is lost
     else:
@@ -59,11 +60,9 @@ def inbox_sensor(context: dg.SensorEvaluationContext, inbox: Inbox):
         return dg.SkipReason("no new batch" + ("; " + "; ".join(waiting) if waiting else ""))
     for line in waiting:
         context.log.info(line)
-    uarchs = sorted({item.uarch for item in new.values()} - set(context.instance.get_dynamic_partitions(UARCHS.name)))
     return dg.SensorResult(
         run_requests=[
             dg.RunRequest(partition_key=k, run_key=k, tags={"inbox/file": str(item.path)}) for k, item in new.items()
         ],
-        dynamic_partitions_requests=[BATCHES.build_add_request(list(new))]
-        + ([UARCHS.build_add_request(uarchs)] if uarchs else []),
+        dynamic_partitions_requests=[BATCHES.build_add_request(list(new))],
     )

@@ -44,7 +44,7 @@ def block_sources(warehouse: Warehouse, engine: EngineResource, sources: DataSou
     group_name=GROUP,
     pool=WRITER_POOL,
     kinds={"duckdb"},
-    check_specs=[blocking_check(SANITY, "measurements", SANITY_DESCRIPTION)],
+    check_specs=[blocking_check(SANITY, "measurements", SANITY_DESCRIPTION, None)],
 )
 def measurements(context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, sources: DataSources):
     """Measured throughputs (BHive's ``hex,cycles per 100 iterations``, one µarch

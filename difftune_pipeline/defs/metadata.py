@@ -53,9 +53,13 @@ def row_count(warehouse, table: str) -> dict:
     return {"dagster/row_count": queries.row_count(warehouse.path, table)}
 
 
-def blocking_check(name: str, asset: str, description: str, **kwargs) -> dg.AssetCheckSpec:
-    """A check that, failing, stops everything downstream of ``asset``."""
-    return dg.AssetCheckSpec(name, asset=asset, blocking=True, description=description, **kwargs)
+def blocking_check(
+    name: str, asset: str, description: str, partitions_def: dg.PartitionsDefinition | None
+) -> dg.AssetCheckSpec:
+    """A check that, failing, stops everything downstream of ``asset``. It takes the
+    asset's partitions: a check of a partitioned asset holds one verdict per partition,
+    so one µarch's failure neither blocks nor frees another's."""
+    return dg.AssetCheckSpec(name, asset=asset, blocking=True, description=description, partitions_def=partitions_def)
 
 
 def check_result(name: str, verdict: Verdict) -> dg.AssetCheckResult:

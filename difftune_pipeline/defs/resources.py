@@ -100,12 +100,14 @@ class Compute(dg.ConfigurableResource):
 
 
 def compute_from_env(env=os.environ) -> Compute:
-    compute = Compute(
-        backend=env.get("DIFFTUNE_COMPUTE", "threads"), workers=int(env.get("DIFFTUNE_RAY_WORKERS", "0") or 0)
-    )
-    if compute.backend not in ("threads", "ray"):
-        raise ValueError(f"DIFFTUNE_COMPUTE={compute.backend!r}: threads or ray")
-    return compute
+    """The ``Compute`` of ``DIFFTUNE_COMPUTE`` and ``DIFFTUNE_RAY_WORKERS``, refused
+    when the definitions load if either is wrong."""
+    backend, workers = env.get("DIFFTUNE_COMPUTE", "threads"), env.get("DIFFTUNE_RAY_WORKERS", "0") or "0"
+    if backend not in ("threads", "ray"):
+        raise ValueError(f"DIFFTUNE_COMPUTE={backend!r}: threads or ray")
+    if not workers.isdigit():
+        raise ValueError(f"DIFFTUNE_RAY_WORKERS={workers!r}: a number of workers, 0 for one per free CPU")
+    return Compute(backend=backend, workers=int(workers))
 
 
 class DataSources(dg.ConfigurableResource):

@@ -82,6 +82,11 @@ class Engine:
         self._defaults: ParamTable | None = None
         self._compiled: OrderedDict[str, _engine.CompiledTable] = OrderedDict()  # LRU: a search compiles thousands
 
+    @property
+    def parallelism(self) -> int:
+        """How many simulations run at once: the threads of this process."""
+        return default_threads()
+
     # ---- blocks -----------------------------------------------------------
     def disassemble(self, hex_: str) -> Block:
         return self._native.disassemble(hex_.strip().lower())

@@ -9,12 +9,14 @@ cannot leave its process, so blocks travel as their ``source`` (hex or
 assembly text) through Ray's object store, once per block list; tables travel
 as the rows that differ from LLVM's (all a worker's engine compiles), not the
 thousands of rows of a full table. A worker that dies is restarted by Ray and its task retried, so a
-killed worker loses no pairs.
+killed worker loses no pairs; a task that kills its worker every time fails
+the call after ``RETRIES`` tries rather than looping.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 from collections import OrderedDict
@@ -25,6 +27,7 @@ from difftune_pipeline.engine import DEFAULT_CYCLE_CAP, DEFAULT_ITERATIONS, Bloc
 
 MIN_CHUNK = 64  # pairs per task at least: a task costs about a millisecond of Ray's time
 SHIPPED_LISTS = 4  # block lists kept in the object store (a search reuses one for thousands of calls)
+RETRIES = 3  # restarts of a worker, and retries of its task, before a call fails
 
 
 def connect(address: str | None = None) -> None:
@@ -45,7 +48,7 @@ def connect(address: str | None = None) -> None:
 def _worker_class():
     import ray
 
-    @ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=-1)
+    @ray.remote(num_cpus=1, max_restarts=RETRIES, max_task_retries=RETRIES)
     class SimulationWorker:
         """Engines in a Ray worker process, one per CPU model; blocks decoded once per list."""
 
@@ -80,19 +83,28 @@ def _worker_class():
 
 
 class WorkerPool:
-    """``workers`` Ray actors (0: one per CPU of the cluster), each taking one CPU."""
+    """``workers`` Ray actors (0: one per CPU free in the cluster now), each holding
+    one CPU for as long as the pool lives (the process, or until ``close``)."""
 
     def __init__(self, workers: int = 0, address: str | None = None):
         import ray
 
+        if workers < 0:
+            raise ValueError(f"workers = {workers}: 0 (one per free CPU) or more")
         connect(address)
-        n = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        n = workers or max(1, int(ray.available_resources().get("CPU", 1)))
         worker = _worker_class()
         self.workers = [worker.remote() for _ in range(n)]
         self.tasks = 0  # tasks submitted, for the benchmarks
 
     def __len__(self) -> int:
         return len(self.workers)
+
+    def live(self) -> list:
+        """The workers; a closed pool refuses work."""
+        if not self.workers:
+            raise RuntimeError("the Ray worker pool is closed")
+        return self.workers
 
     def where(self) -> list[tuple[str, int]]:
         """(node id, process id) of each worker."""
@@ -113,12 +125,18 @@ class WorkerPool:
 
 class RayEngine(Engine):
     """``Engine`` whose ``simulate``/``simulate_pairs`` run on a pool of Ray
-    workers; everything else (decoding, tables, traces) runs in this process."""
+    workers; everything else (decoding, tables, traces) runs in this process.
+    A block list is shipped once while the same list object is passed (a list
+    changed in place is not noticed: pass a new list)."""
 
     def __init__(self, mcpu: str, pool: WorkerPool):
         super().__init__(mcpu)
         self.pool = pool
         self._shipped: OrderedDict[int, tuple[list, str, object]] = OrderedDict()
+
+    @property
+    def parallelism(self) -> int:
+        return len(self.pool)
 
     def _ship(self, blocks: list[Block]) -> tuple[str, object]:
         """(content key, object ref) of a block list's sources, put once while
@@ -126,11 +144,11 @@ class RayEngine(Engine):
         import ray
 
         hit = self._shipped.get(id(blocks))
-        if hit is not None and hit[0] is blocks and len(blocks) == len(hit[0]):
+        if hit is not None and hit[0] is blocks:
             self._shipped.move_to_end(id(blocks))
             return hit[1], hit[2]
         sources = [b.source for b in blocks]
-        key = hashlib.sha256("\n".join(f"{k}:{t}" for k, t in sources).encode()).hexdigest()
+        key = hashlib.sha256(json.dumps(sources).encode()).hexdigest()
         ref = ray.put(sources)
         self._shipped[id(blocks)] = (blocks, key, ref)
         if len(self._shipped) > SHIPPED_LISTS:
@@ -166,7 +184,7 @@ class RayEngine(Engine):
             return SimResult(np.zeros(0, dtype=np.int64), [])
         key, ref = self._ship(list(blocks) if not isinstance(blocks, list) else blocks)
         tables_ref = ray.put([self._sparse(t) for t in tables])
-        workers = self.pool.workers
+        workers = self.pool.live()
         tasks = max(1, min(len(workers) * 2, math.ceil(n / MIN_CHUNK)))
         bounds = np.linspace(0, n, tasks + 1).astype(int)
         futures = [

@@ -52,23 +52,22 @@ def simulate(
     engine: Engine,
     pairs: list[tuple[str, SampledTable]],
     tables: dict[str, ParamTable],
-    blocks: dict[str, object],
+    blocks: list,
+    position: dict[str, int],
     iterations: int,
-    threads: int | None = None,
 ) -> pl.DataFrame:
     """(block, sampled table) pairs through the engine, as rows of ``simulations``
-    (less the shard); ``tables`` holds the regenerated table of each table id."""
-    block_ids = list(dict.fromkeys(b for b, _ in pairs))
+    (less the shard); ``tables`` holds the regenerated table of each table id,
+    ``blocks[position[block_id]]`` each block. The same ``blocks`` list for every
+    chunk of a shard lets an engine on Ray ship it once."""
     table_ids = list(dict.fromkeys(t.table_id for _, t in pairs))
-    bpos = {b: i for i, b in enumerate(block_ids)}
     tpos = {t: i for i, t in enumerate(table_ids)}
     result = engine.simulate_pairs(
-        [blocks[b] for b in block_ids],
+        blocks,
         [tables[t] for t in table_ids],
-        [bpos[b] for b, _ in pairs],
+        [position[b] for b, _ in pairs],
         [tpos[t.table_id] for _, t in pairs],
         iterations=iterations,
-        threads=threads,
     )
     return pl.DataFrame(
         {

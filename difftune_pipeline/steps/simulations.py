@@ -16,6 +16,7 @@ from difftune_pipeline.steps.context import StepContext, fingerprint
 from difftune_pipeline.warehouse import insert_new, queries, writer
 
 CHUNK = 4000  # pairs per transaction
+PER_WORKER = 256  # pairs per worker in a chunk, at least: many workers get chunks big enough to share
 
 
 def _todo(ctx: StepContext, mine: list[SampledTable], block_ids: list[str], counts: dict) -> Iterator[tuple]:
@@ -28,20 +29,25 @@ def _todo(ctx: StepContext, mine: list[SampledTable], block_ids: list[str], coun
         yield from ((b, t) for b in planned if (b, t.table_id) not in have)
 
 
-def simulate_shard(ctx: StepContext, shard: int, chunk: int = CHUNK) -> dict:
+def simulate_shard(ctx: StepContext, shard: int, chunk: int | None = None) -> dict:
+    """Simulate a shard's pairs not yet stored, ``chunk`` pairs per transaction (by
+    default CHUNK, or PER_WORKER per simulation the engine runs at once if more)."""
     space, default, blocks = ctx.space()
     mine = [t for t in ctx.sampled_tables(space) if shard_of(t.table_id, ctx.settings.shards) == shard]
     iterations, label = ctx.settings.iterations, f"shard-{shard}"
+    chunk = chunk or max(CHUNK, PER_WORKER * ctx.engine.parallelism)
+    ids = sorted(blocks)
+    every = ([blocks[b] for b in ids], {b: i for i, b in enumerate(ids)})  # one list for every chunk
     t0 = time.perf_counter()
     counts = {"planned": 0, "already_done": 0}
     written, part = 0, []
-    for pair in _todo(ctx, mine, list(blocks), counts):
+    for pair in _todo(ctx, mine, ids, counts):
         part.append(pair)
         if len(part) == chunk:
-            written += _simulate_chunk(ctx, part, space, default, blocks, iterations, label)
+            written += _simulate_chunk(ctx, part, space, default, every, iterations, label)
             part = []
     if part:
-        written += _simulate_chunk(ctx, part, space, default, blocks, iterations, label)
+        written += _simulate_chunk(ctx, part, space, default, every, iterations, label)
     elapsed = time.perf_counter() - t0
     return {
         **counts,
@@ -56,11 +62,11 @@ def simulate_shard(ctx: StepContext, shard: int, chunk: int = CHUNK) -> dict:
     }
 
 
-def _simulate_chunk(ctx: StepContext, part: list, space, default, blocks: dict, iterations: int, label: str) -> int:
+def _simulate_chunk(ctx: StepContext, part: list, space, default, every: tuple, iterations: int, label: str) -> int:
     """Simulate one chunk and store it (with its tables' ids) in one transaction."""
     needed = list(dict.fromkeys(t for _, t in part))
     regenerated = {t.table_id: space.sampled_table(t.preset, t.seed, default) for t in needed}
-    frame = simulate(ctx.engine, part, regenerated, blocks, iterations).with_columns(pl.lit(label).alias("shard"))
+    frame = simulate(ctx.engine, part, regenerated, *every, iterations).with_columns(pl.lit(label).alias("shard"))
     with writer(ctx.db) as con:
         for t in needed:
             queries.save_table(

@@ -12,6 +12,7 @@ import polars as pl
 from difftune_pipeline.model.sampling import training_pairs
 from difftune_pipeline.steps.context import CODE_VERSIONS, StepContext, fingerprint
 from difftune_pipeline.surrogates import Surrogate, surrogate_type
+from difftune_pipeline.surrogates.base import training_device
 from difftune_pipeline.warehouse import insert_new, queries, writer
 
 
@@ -29,6 +30,7 @@ def train_surrogate(ctx: StepContext, log=print) -> dict:
         settings.surrogate_model,
         settings.surrogate_config,
         settings.iterations,
+        str(training_device()),  # a GPU's result is close to the CPU's, not the same
     )
     done = queries.surrogate_run(ctx.db, run_id)
     if done is not None and Path(done["checkpoint"]).exists():

@@ -54,9 +54,13 @@ def measured_throughput(db: Db, block_id: str, uarch: str) -> float | None:
 
 
 def measurement_totals(db: Db, uarch: str) -> tuple:
-    """(rows, sum of cycles) of a µarch's measurements: changes whenever a batch lands."""
+    """(rows, the usable batches' ids) of a µarch's measurements: changes whenever a
+    batch lands or leaves, and is exact (a parallel sum of doubles is not)."""
     return query(
-        "SELECT count(*) AS n, sum(cycles_per_100) AS s FROM usable_measurements WHERE uarch = ?", db, [uarch]
+        "SELECT count(*) AS n, coalesce(list(DISTINCT batch_id ORDER BY batch_id), []) AS batches "
+        "FROM usable_measurements WHERE uarch = ?",
+        db,
+        [uarch],
     ).row(0)
 
 
