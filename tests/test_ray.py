@@ -15,7 +15,7 @@ from difftune_pipeline.config import override, settings_for
 from difftune_pipeline.defs import resources
 from difftune_pipeline.defs.resources import Compute, compute_from_env
 from difftune_pipeline.engine import Engine, ParamTable
-from difftune_pipeline.engine.ray_engine import RayEngine
+from difftune_pipeline.engine.ray_engine import RayEngine, WorkerPool
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.warehouse import connection as store
 
@@ -120,6 +120,16 @@ def test_the_compute_resource_chooses_the_path(pool, monkeypatch):
     monkeypatch.setenv("DIFFTUNE_COMPUTE", "ray")
     monkeypatch.setenv("DIFFTUNE_RAY_WORKERS", "3")
     assert compute_from_env().workers == 3
+    for bad in ("two", "-1"):
+        monkeypatch.setenv("DIFFTUNE_RAY_WORKERS", bad)
+        with pytest.raises(ValueError, match="a number of workers"):
+            compute_from_env()
+    with pytest.raises(ValueError, match="0 \\(one per free CPU\\) or more"):
+        WorkerPool(-1)
+    closed = WorkerPool(1)
+    closed.close()
+    with pytest.raises(RuntimeError, match="pool is closed"):
+        RayEngine("haswell", closed).simulate_pairs([], [None], [0], [0])
 
 
 def test_a_tuning_step_searches_on_ray(pool, tmp_path):
