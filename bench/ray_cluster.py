@@ -87,6 +87,9 @@ def main() -> None:
             print(f"ray / threads: {results['threads'][1] / results['ray'][1]:.2f}x the pairs/s")
             print(f"Ray tasks: {pool.tasks}")
     finally:
+        import ray
+
+        ray.shutdown()  # leave the cluster before it stops
         ray_cli("stop", "--force")
 
 
