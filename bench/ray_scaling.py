@@ -3,7 +3,8 @@ side on the same (block, sampled table) pairs (results must be identical); Ray's
 overhead per task; the single DuckDB writer's ingest rate into ``simulations``
 (empty, and holding ``--prefill`` rows); and from those, a projection of the
 wall time of BHive's full Haswell set (300,000 blocks x 64 tables) on 8, 32
-and 128 workers, and where the writer becomes the bottleneck.
+and 128 workers, and where the writer becomes the bottleneck (a shard writes
+one chunk while the next is simulated).
 
     .venv/bin/python bench/ray_scaling.py [--blocks 1000] [--tables 4] [--data ../shared/data]
 
@@ -141,14 +142,15 @@ def main() -> None:
 
     per_worker = rates["ray x1"]
     print(f"\nprojection, {FULL_PAIRS:,} pairs (300,000 blocks x 64 tables), {per_worker:.0f} pairs/s per worker")
-    print("(a shard alternates simulating a chunk and writing it: wall = simulate + write; were the two")
-    print(" overlapped, wall = the larger. The writer's rate is the one measured on the larger table.)")
-    print(f"{'workers':>8} {'simulate (h)':>13} {'write (h)':>10} {'wall (h)':>9} {'overlapped':>11}")
+    print("(a shard simulates the next chunk while it writes the last: wall = the larger of the two;")
+    print(" the writer's rate is the one measured on the larger table)")
+    print(f"{'workers':>8} {'simulate (h)':>13} {'write (h)':>10} {'wall (h)':>9}  bound by")
     for workers in (8, 32, 128):
         sim = FULL_PAIRS / (per_worker * workers) / 3600
         write = FULL_PAIRS / full / 3600
-        print(f"{workers:>8} {sim:13.2f} {write:10.2f} {sim + write:9.2f} {max(sim, write):11.2f}")
-    print(f"the writer takes as long as the simulation at {full / per_worker:.0f} workers")
+        bound = "the writer" if write > sim else "the workers"
+        print(f"{workers:>8} {sim:13.2f} {write:10.2f} {max(sim, write):9.2f}  {bound}")
+    print(f"the writer becomes the bottleneck above {full / per_worker:.0f} workers")
 
 
 if __name__ == "__main__":

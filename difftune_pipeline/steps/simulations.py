@@ -2,12 +2,14 @@
 tables at a time. Pairs are planned table by table and simulated in chunks,
 each written in its own transaction, skipping the pairs already stored: an
 interrupted run resumes without repeating or duplicating work, and memory holds
-one chunk, not the shard."""
+two chunks, not the shard. The next chunk is simulated while the last one is
+written, so the one writer costs time only once it is slower than the engine."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import polars as pl
 
@@ -40,14 +42,15 @@ def simulate_shard(ctx: StepContext, shard: int, chunk: int | None = None) -> di
     every = ([blocks[b] for b in ids], {b: i for i, b in enumerate(ids)})  # one list for every chunk
     t0 = time.perf_counter()
     counts = {"planned": 0, "already_done": 0}
-    written, part = 0, []
-    for pair in _todo(ctx, mine, ids, counts):
-        part.append(pair)
-        if len(part) == chunk:
-            written += _simulate_chunk(ctx, part, space, default, every, iterations, label)
-            part = []
-    if part:
-        written += _simulate_chunk(ctx, part, space, default, every, iterations, label)
+    written, pending = 0, None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="simulate") as ahead:
+        for part in _chunks(_todo(ctx, mine, ids, counts), chunk):
+            simulating = ahead.submit(_simulate_chunk, ctx, part, space, default, every, iterations, label)
+            if pending is not None:
+                written += _store(ctx, space, *pending.result())
+            pending = simulating
+        if pending is not None:
+            written += _store(ctx, space, *pending.result())
     elapsed = time.perf_counter() - t0
     return {
         **counts,
@@ -62,11 +65,29 @@ def simulate_shard(ctx: StepContext, shard: int, chunk: int | None = None) -> di
     }
 
 
-def _simulate_chunk(ctx: StepContext, part: list, space, default, every: tuple, iterations: int, label: str) -> int:
-    """Simulate one chunk and store it (with its tables' ids) in one transaction."""
+def _chunks(pairs: Iterator[tuple], size: int) -> Iterator[list]:
+    part = []
+    for pair in pairs:
+        part.append(pair)
+        if len(part) == size:
+            yield part
+            part = []
+    if part:
+        yield part
+
+
+def _simulate_chunk(
+    ctx: StepContext, part: list, space, default, every: tuple, iterations: int, label: str
+) -> tuple[list, dict, pl.DataFrame]:
+    """One chunk through the engine: (its tables, their regenerated values, its rows)."""
     needed = list(dict.fromkeys(t for _, t in part))
     regenerated = {t.table_id: space.sampled_table(t.preset, t.seed, default) for t in needed}
     frame = simulate(ctx.engine, part, regenerated, *every, iterations).with_columns(pl.lit(label).alias("shard"))
+    return needed, regenerated, frame
+
+
+def _store(ctx: StepContext, space, needed: list, regenerated: dict, frame: pl.DataFrame) -> int:
+    """A simulated chunk and its tables' ids, in one transaction; returns the rows added."""
     with writer(ctx.db) as con:
         for t in needed:
             queries.save_table(
