@@ -126,6 +126,8 @@ def test_the_compute_resource_chooses_the_path(pool, monkeypatch):
             compute_from_env()
     with pytest.raises(ValueError, match="0 \\(one per free CPU\\) or more"):
         WorkerPool(-1)
+    with pytest.raises(ValueError, match="1000 workers need 1000 CPUs; the Ray cluster has 2"):
+        WorkerPool(1000)
     closed = WorkerPool(1)
     closed.close()
     with pytest.raises(RuntimeError, match="pool is closed"):

@@ -78,7 +78,7 @@ class EngineResource(dg.ConfigurableResource):
 
 class Compute(dg.ConfigurableResource):
     """Where the heavy stages simulate: ``threads`` (this process's cores) or
-    ``ray`` (Ray workers, one per CPU unless ``workers`` says; ``address`` or
+    ``ray`` (Ray workers, one per free CPU unless ``workers`` says; ``address`` or
     ``RAY_ADDRESS`` attaches to a running cluster). Results are the same."""
 
     backend: str = "threads"

@@ -92,6 +92,9 @@ class WorkerPool:
         if workers < 0:
             raise ValueError(f"workers = {workers}: 0 (one per free CPU) or more")
         connect(address)
+        cpus = int(ray.cluster_resources().get("CPU", 0))
+        if workers > cpus:  # actors beyond the cluster's CPUs are never placed: their tasks would wait forever
+            raise ValueError(f"{workers} workers need {workers} CPUs; the Ray cluster has {cpus}")
         n = workers or max(1, int(ray.available_resources().get("CPU", 1)))
         worker = _worker_class()
         self.workers = [worker.remote() for _ in range(n)]
