@@ -82,8 +82,8 @@ def main() -> None:
                     f"{name:<8} shard {args.shard}: {out['simulated']} pairs of {out['planned']} "
                     f"({out['tables']} tables) in {seconds:.1f} s = {out['simulated'] / seconds:.1f} pairs/s"
                 )
-            same = rows(on_threads) == rows(on_ray)
-            print(f"identical rows (block, table, cycles, status): {same} ({len(rows(on_ray))} rows)")
+            ours = rows(on_ray)
+            print(f"identical rows (block, table, cycles, status): {rows(on_threads) == ours} ({len(ours)} rows)")
             print(f"ray / threads: {results['threads'][1] / results['ray'][1]:.2f}x the pairs/s")
             print(f"Ray tasks: {pool.tasks}")
     finally:

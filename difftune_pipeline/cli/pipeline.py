@@ -156,12 +156,15 @@ def _uarch_of(key, partitions_def) -> str | None:
     batch ``skylake-<batch id>`` (CPU names may hold hyphens; batch ids do not)."""
     import dagster as dg
 
+    from difftune_pipeline.defs.inbox import BATCHES
+    from difftune_pipeline.defs.partitions import UARCHS
+
     if isinstance(key, dg.MultiPartitionKey):
         return key.keys_by_dimension["uarch"]
     name = getattr(partitions_def, "name", None)
-    if name == "uarchs":
+    if name == UARCHS.name:
         return key
-    if name == "measurement_batches":
+    if name == BATCHES.name:
         return key.rsplit("-", 1)[0]
     return None
 

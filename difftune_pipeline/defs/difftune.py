@@ -11,7 +11,7 @@ from difftune_pipeline import quality, steps
 from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM, FOLLOWS_UPSTREAM_DATA
 from difftune_pipeline.defs.ingest import WRITER_POOL
 from difftune_pipeline.defs.metadata import blocking_check, check_result, explained, markdown, row_count
-from difftune_pipeline.defs.partitions import SHARDS, UARCH_SHARDS, UARCHS, shard_of, uarch_of
+from difftune_pipeline.defs.partitions import SHARDS, UARCH_SHARDS, UARCHS, shard_index, uarch_of
 from difftune_pipeline.defs.resources import Compute, DiffTuneSettings, EngineResource, Warehouse
 from difftune_pipeline.reporting.plots import markdown_image
 from difftune_pipeline.steps.checks import engine_exactness as exactness
@@ -140,7 +140,7 @@ def simulations(
     on this process's threads or on Ray workers (resource ``compute``). A shard
     skips pairs already stored: an interrupted run resumes without repeating or
     duplicating work."""
-    out = steps.simulate_shard(_ctx(context, warehouse, engine, settings, compute), shard_of(context))
+    out = steps.simulate_shard(_ctx(context, warehouse, engine, settings, compute), shard_index(context))
     return dg.MaterializeResult(
         metadata={**out, "compute": compute.describe(), **row_count(warehouse, "simulations")},
         data_version=dg.DataVersion(out["data_version"]),

@@ -16,7 +16,7 @@ def uarch_of(context: dg.AssetExecutionContext) -> str:
     return key.keys_by_dimension["uarch"] if isinstance(key, dg.MultiPartitionKey) else key
 
 
-def shard_of(context: dg.AssetExecutionContext) -> int:
+def shard_index(context: dg.AssetExecutionContext) -> int:
     return SHARDS.get_partition_keys().index(context.partition_key.keys_by_dimension["shard"])
 
 

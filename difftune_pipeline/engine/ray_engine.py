@@ -15,6 +15,7 @@ the call after ``RETRIES`` tries rather than looping.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -45,7 +46,9 @@ def connect(address: str | None = None) -> None:
     )
 
 
+@functools.cache
 def _worker_class():
+    """The actor class, defined (and registered with Ray) once per process."""
     import ray
 
     @ray.remote(num_cpus=1, max_restarts=RETRIES, max_task_retries=RETRIES)
