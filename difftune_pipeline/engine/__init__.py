@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from difftune_pipeline.engine import _engine
-from difftune_pipeline.engine.table import GLOBALS, ParamTable, canonical_row
+from difftune_pipeline.engine.table import ParamTable, canonical_row
 from difftune_pipeline.engine.trace import Trace
 
 LLVM_VERSION: str = _engine.LLVM_VERSION
@@ -143,12 +143,13 @@ class Engine:
             # Keyed by what is compiled (globals and the rows that differ from LLVM's):
             # far cheaper than the table's fingerprint, which serialises every row.
             changed = table.changed_rows(self._base())
-            key = json.dumps([table.globals, changed], sort_keys=True)
+            key = json.dumps([table.globals, table.mechanisms, changed], sort_keys=True)
         if key in self._compiled:
             self._compiled.move_to_end(key)
         else:
             rows = [{"key": k, **r} for k, r in changed.items()]
-            self._compiled[key] = self._native.compile({g: table.globals[g] for g in GLOBALS}, rows)
+            globals_ = {g: table.globals[g] for g in table.global_names()} | dict.fromkeys(table.mechanisms, True)
+            self._compiled[key] = self._native.compile(globals_, rows)
             if len(self._compiled) > COMPILED_CACHE:
                 self._compiled.popitem(last=False)
         return self._compiled[key]

@@ -1,7 +1,8 @@
 """Parameter tables: DiffTune's per-opcode parameters as data (JSON, polars).
 
-A table holds the two globals (dispatch width, reorder buffer) and one row per
-opcode: write latencies, µops, ReadAdvance entries and the port map as explicit
+A table holds the two globals (dispatch width, reorder buffer), the model it
+is simulated under (the extended model's mechanisms, each adding globals of its
+own, and the harness model that gives memory addresses) and one row per opcode: write latencies, µops, ReadAdvance entries and the port map as explicit
 cycles per named processor resource. Variant opcodes (whose scheduling class
 LLVM picks per instruction, e.g. zero idioms) have one row per resolution, keyed
 ``OPCODE#CLASS``. Rows absent from a table keep LLVM's values.
@@ -19,7 +20,7 @@ from typing import Annotated, Literal
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from difftune_pipeline.engine import _engine
+from difftune_pipeline.engine import _engine, extended
 
 FORMAT = "difftune-params/1"
 GLOBALS = ("dispatch_width", "micro_op_buffer_size")
@@ -32,16 +33,43 @@ class ParamTable:
     llvm_version: str
     globals: dict[str, int]
     rows: dict[str, dict] = field(default_factory=dict)
+    mechanisms: tuple[str, ...] = ()  # of the extended model; () is llvm-mca's own
+    harness: str = "none"  # where the memory mechanism's addresses come from
+
+    def __post_init__(self):
+        self.mechanisms = extended.check(self.mechanisms, self.harness)
+
+    @property
+    def model(self) -> str:
+        return extended.name(self.mechanisms, self.harness)
+
+    def global_names(self) -> tuple[str, ...]:
+        return GLOBALS + extended.parameters(self.mechanisms)
+
+    def with_model(self, mechanisms, harness: str = "none") -> ParamTable:
+        """This table under other mechanisms: a mechanism turned on starts from
+        its defaults for the CPU (the front end also resets the dispatch width);
+        one turned off drops its globals."""
+        mechanisms = extended.check(mechanisms, harness)
+        added = [m for m in mechanisms if m not in self.mechanisms]
+        out = self.copy()
+        out.mechanisms, out.harness = mechanisms, harness
+        out.globals.update(extended.defaults(self.mcpu, added) if added else {})
+        out.globals = {g: out.globals[g] for g in out.global_names()}
+        return out
 
     # ---- JSON -------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {
+        doc = {
             "format": FORMAT,
             "mcpu": self.mcpu,
             "llvm_version": self.llvm_version,
             "globals": dict(self.globals),
             "opcodes": {k: canonical_row(r) for k, r in sorted(self.rows.items())},
         }
+        if self.mechanisms:  # llvm-mca's tables keep the document (and fingerprint) they always had
+            doc["model"] = {"mechanisms": list(self.mechanisms), "harness": self.harness}
+        return doc
 
     def to_json(self, path: str | Path | None = None) -> str:
         text = json.dumps(self.to_dict(), indent=1, sort_keys=True)
@@ -63,12 +91,24 @@ class ParamTable:
     @classmethod
     def _from_document(cls, doc: _Document) -> ParamTable:
         rows = {key: canonical_row(row.model_dump()) for key, row in doc.opcodes.items()}
-        return cls(doc.mcpu, doc.llvm_version, doc.globals.model_dump(), rows)
+        model = doc.model or _Model(mechanisms=[], harness="none")
+        globals_ = doc.globals.model_dump(exclude_none=True)
+        table = cls(doc.mcpu, doc.llvm_version, globals_, rows, tuple(model.mechanisms), model.harness)
+        expected = set(table.global_names())
+        if set(globals_) != expected:
+            name = sorted(expected ^ set(globals_))[0]
+            why = "required by the model's mechanisms" if name in expected else "belongs to a mechanism that is off"
+            raise ValueError(f"globals.{name}: {why} ({table.model})")
+        return table
 
     # ---- long form (SQL-friendly) -----------------------------------------
     def to_frame(self) -> pl.DataFrame:
-        """One row per value: (opcode, param, idx, value); globals under opcode '*'."""
-        out: list[tuple[str, str, int, int]] = [(GLOBAL_ROW, g, 0, int(self.globals[g])) for g in GLOBALS]
+        """One row per value: (opcode, param, idx, value); globals under opcode '*',
+        with the model as ``mechanism:<name>`` and ``harness:<name>`` rows of value 1."""
+        out: list[tuple[str, str, int, int]] = [(GLOBAL_ROW, g, 0, int(self.globals[g])) for g in self.global_names()]
+        out += [(GLOBAL_ROW, f"mechanism:{m}", 0, 1) for m in self.mechanisms]
+        if self.mechanisms:
+            out.append((GLOBAL_ROW, f"harness:{self.harness}", 0, 1))
         for key, row in sorted(self.rows.items()):
             out += [(key, "latency", i, v) for i, v in enumerate(row["latency"])]
             out.append((key, "uops", 0, row["uops"]))
@@ -83,9 +123,15 @@ class ParamTable:
     def from_frame(cls, frame: pl.DataFrame, mcpu: str, llvm_version: str) -> ParamTable:
         globals_: dict[str, int] = {}
         rows: dict[str, dict] = {}
+        mechanisms, harness = [], "none"
         for opcode, param, idx, value in frame.sort(["opcode", "param", "idx"]).iter_rows():
             if opcode == GLOBAL_ROW:
-                globals_[param] = int(value)
+                if param.startswith("mechanism:"):
+                    mechanisms.append(param.split(":", 1)[1])
+                elif param.startswith("harness:"):
+                    harness = param.split(":", 1)[1]
+                else:
+                    globals_[param] = int(value)
                 continue
             row = rows.setdefault(opcode, {"latency": [], "uops": 0, "read_advance": [], "ports": {}})
             if param == "latency":
@@ -99,7 +145,9 @@ class ParamTable:
                 row["ports"][param[5:]] = int(value)
             else:
                 raise ValueError(f"opcode {opcode!r}: unknown parameter {param!r}")
-        return cls(mcpu, llvm_version, globals_, {k: canonical_row(r) for k, r in rows.items()})
+        return cls(
+            mcpu, llvm_version, globals_, {k: canonical_row(r) for k, r in rows.items()}, tuple(mechanisms), harness
+        )
 
     # ---- comparisons ------------------------------------------------------
     def fingerprint(self) -> str:
@@ -162,6 +210,21 @@ class _Globals(BaseModel):
     model_config = ConfigDict(extra="forbid")
     dispatch_width: _int("dispatch_width")
     micro_op_buffer_size: _int("micro_op_buffer_size")
+    # The extended model's (present exactly when their mechanism is on):
+    predecode_bytes: _int("predecode_bytes") | None = None
+    decoders: _int("decoders") | None = None
+    simple_decoder_uops: _int("simple_decoder_uops") | None = None
+    uop_queue_size: _int("uop_queue_size") | None = None
+    issue_width: _int("issue_width") | None = None
+    store_forward_latency: _int("store_forward_latency") | None = None
+    alias_4k_penalty: _int("alias_4k_penalty") | None = None
+    stack_sync_uops: _int("stack_sync_uops") | None = None
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mechanisms: list[Literal[extended.MECHANISMS]]  # type: ignore[valid-type]
+    harness: Literal[extended.HARNESSES]  # type: ignore[valid-type]
 
 
 class _Document(BaseModel):
@@ -172,6 +235,7 @@ class _Document(BaseModel):
     mcpu: Annotated[str, Field(strict=True, min_length=1)]
     llvm_version: Annotated[str, Field(strict=True, min_length=1)]
     globals: _Globals
+    model: _Model | None = None
     opcodes: dict[str, _Row]
 
 

@@ -3,6 +3,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include "engine_core.h"
@@ -42,6 +43,35 @@ dt::Row rowFromDict(nb::handle H) {
   return R;
 }
 
+// The base globals are required; a mechanism of the extended model is on when
+// its flag is, and then every parameter it reads must be given.
+dt::Globals globalsFromDict(nb::dict G) {
+  dt::Globals Gl;
+  Gl.dispatch_width = nb::cast<int>(G["dispatch_width"]);
+  Gl.micro_op_buffer_size = nb::cast<int>(G["micro_op_buffer_size"]);
+  auto flag = [&](const char *K) { return G.contains(K) && nb::cast<bool>(G[K]); };
+  Gl.front_end = flag("front_end");
+  Gl.memory = flag("memory");
+  Gl.stack_engine = flag("stack_engine");
+  auto get = [&](const char *K, int &V) {
+    if (!G.contains(K)) throw dt::InvalidTable(std::string("globals: ") + K + " is missing");
+    V = nb::cast<int>(G[K]);
+  };
+  if (Gl.front_end) {
+    get("predecode_bytes", Gl.predecode_bytes);
+    get("decoders", Gl.decoders);
+    get("simple_decoder_uops", Gl.simple_decoder_uops);
+    get("uop_queue_size", Gl.uop_queue_size);
+    get("issue_width", Gl.issue_width);
+  }
+  if (Gl.memory) {
+    get("store_forward_latency", Gl.store_forward_latency);
+    get("alias_4k_penalty", Gl.alias_4k_penalty);
+  }
+  if (Gl.stack_engine) get("stack_sync_uops", Gl.stack_sync_uops);
+  return Gl;
+}
+
 }  // namespace
 
 NB_MODULE(_engine, m) {
@@ -57,6 +87,14 @@ NB_MODULE(_engine, m) {
   Limits["read_advance"] = nb::make_tuple(L::kReadAdvanceMin, L::kReadAdvanceMax);
   Limits["dispatch_width"] = nb::make_tuple(L::kDispatchWidthMin, L::kDispatchWidthMax);
   Limits["micro_op_buffer_size"] = nb::make_tuple(L::kMicroOpBufferMin, L::kMicroOpBufferMax);
+  Limits["predecode_bytes"] = nb::make_tuple(L::kPredecodeBytesMin, L::kPredecodeBytesMax);
+  Limits["decoders"] = nb::make_tuple(L::kDecodersMin, L::kDecodersMax);
+  Limits["simple_decoder_uops"] = nb::make_tuple(L::kSimpleDecoderUopsMin, L::kSimpleDecoderUopsMax);
+  Limits["uop_queue_size"] = nb::make_tuple(L::kUopQueueMin, L::kUopQueueMax);
+  Limits["issue_width"] = nb::make_tuple(L::kIssueWidthMin, L::kIssueWidthMax);
+  Limits["store_forward_latency"] = nb::make_tuple(L::kMemoryLatencyMin, L::kMemoryLatencyMax);
+  Limits["alias_4k_penalty"] = nb::make_tuple(L::kMemoryLatencyMin, L::kMemoryLatencyMax);
+  Limits["stack_sync_uops"] = nb::make_tuple(L::kStackSyncUopsMin, L::kStackSyncUopsMax);
   m.attr("LIMITS") = Limits;
   m.def("known_cpus", &dt::knownCpus, "x86 CPUs whose LLVM model has per-instruction scheduling data");
 
@@ -67,6 +105,22 @@ NB_MODULE(_engine, m) {
       .def_prop_ro("asm", &dt::Block::asm_lines)
       .def_prop_ro("row_keys", &dt::Block::row_keys)
       .def_prop_ro("source", &dt::Block::source)
+      .def_prop_ro("encoding", &dt::Block::encoding)
+      .def(
+          "with_accesses",
+          [](const dt::Block &B, const std::vector<std::tuple<int, int, uint64_t, int, bool>> &A) {
+            std::vector<dt::Access> Out;
+            for (const auto &[It, In, Addr, Size, Store] : A) Out.push_back({It, In, Addr, Size, Store});
+            return B.with_accesses(Out);
+          },
+          "accesses"_a)
+      .def_prop_ro("accesses",
+                   [](const dt::Block &B) {
+                     std::vector<std::tuple<int, int, uint64_t, int, bool>> Out;
+                     for (const auto &A : B.accesses())
+                       Out.emplace_back(A.iteration, A.instr, A.address, A.size, A.store);
+                     return Out;
+                   })
       .def_prop_ro("operands", [](const dt::Block &B) {
         nb::list L;
         for (const auto &O : B.operands()) {
@@ -131,8 +185,7 @@ NB_MODULE(_engine, m) {
       .def(
           "compile",
           [](const dt::Engine &E, nb::dict G, nb::iterable Rows) {
-            dt::Globals Gl{nb::cast<int>(G["dispatch_width"]),
-                           nb::cast<int>(G["micro_op_buffer_size"])};
+            dt::Globals Gl = globalsFromDict(G);
             std::vector<dt::Row> Rs;
             for (nb::handle H : Rows) Rs.push_back(rowFromDict(H));
             nb::gil_scoped_release Release;

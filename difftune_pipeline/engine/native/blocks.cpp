@@ -2,6 +2,8 @@
 // instruction's printed text, parameter-row key and operands.
 #include "engine_impl.h"
 
+#include "llvm/MC/MCCodeEmitter.h"
+#include "llvm/MC/MCFixup.h"
 #include "llvm/MC/MCObjectFileInfo.h"
 #include "llvm/MC/MCParser/MCAsmParser.h"
 #include "llvm/MC/MCParser/MCTargetAsmParser.h"
@@ -88,6 +90,26 @@ InstrOperands instrOperands(const EngineImpl &E, const MCInst &MI) {
   return O;
 }
 
+// Parsed text has no bytes: encode each instruction (a symbol's fixup leaves its
+// field zero, which does not change the length).
+void encode(const EngineImpl &E, MCContext &Ctx, BlockImpl &B) {
+  std::unique_ptr<MCCodeEmitter> CE(E.TheTarget->createMCCodeEmitter(*E.MCII, Ctx));
+  static const char *Digits = "0123456789abcdef";
+  for (const MCInst &MI : B.Insts) {
+    SmallVector<char, 16> Bytes;
+    SmallVector<MCFixup, 2> Fixups;
+#if LLVM_VERSION_MAJOR >= 17
+    CE->encodeInstruction(MI, Bytes, Fixups, *E.STI);
+#else
+    raw_svector_ostream OS(Bytes);
+    CE->encodeInstruction(MI, OS, Fixups, *E.STI);
+#endif
+    std::string Hex;
+    for (char C : Bytes) Hex += {Digits[(uint8_t)C >> 4], Digits[(uint8_t)C & 15]};
+    B.Encoding.push_back(std::move(Hex));
+  }
+}
+
 }  // namespace
 
 std::string EngineImpl::printInst(const MCInst &MI) {
@@ -132,6 +154,7 @@ Block Engine::disassemble(const std::string &hex) const {
                   hex.substr(2 * Off, std::min<size_t>(16, hex.size() - 2 * Off)));
     B->Insts.push_back(MI);
     B->Text.push_back(E.printInst(MI));
+    B->Encoding.push_back(hex.substr(2 * Off, 2 * Size));
     Off += Size;
   }
   finishBlock(E, *B);
@@ -175,6 +198,7 @@ Block Engine::parse_asm(const std::string &text) const {
   }
   B->Insts = std::move(Str.Insts);
   for (const MCInst &MI : B->Insts) B->Text.push_back(E.printInst(MI));
+  encode(E, *B->Ctx, *B);
   finishBlock(E, *B);
   return Block{B};
 }
@@ -188,6 +212,39 @@ std::vector<std::string> Block::row_keys() const { return impl->Keys; }
 std::pair<std::string, std::string> Block::source() const {
   return {impl->FromHex ? "hex" : "asm", impl->Source};
 }
+std::vector<std::string> Block::encoding() const { return impl->Encoding; }
+
+Block Block::with_accesses(const std::vector<Access> &accesses) const {
+  auto B = std::make_shared<BlockImpl>(*impl);
+  B->Memory = nullptr;
+  if (accesses.empty() || !ok()) return Block{B};
+  auto M = std::make_shared<MemoryMap>();
+  M->All = accesses;
+  std::stable_sort(M->All.begin(), M->All.end(), [](const Access &A, const Access &C) {
+    return std::make_pair(A.iteration, A.instr) < std::make_pair(C.iteration, C.instr);
+  });
+  int Iterations = 0;
+  for (const Access &A : M->All) {
+    if (A.instr < 0 || (size_t)A.instr >= impl->Insts.size())
+      throw std::invalid_argument("access of instruction " + std::to_string(A.instr) +
+                                  ": the block has " + std::to_string(impl->Insts.size()));
+    if (A.iteration < 0 || A.iteration > 1000)
+      throw std::invalid_argument("access in iteration " + std::to_string(A.iteration) +
+                                  ": iterations are 0..1000");
+    if (A.size < 1 || A.size > 4096)
+      throw std::invalid_argument("access of " + std::to_string(A.size) + " bytes: 1..4096");
+    Iterations = std::max(Iterations, A.iteration + 1);
+  }
+  M->ByInstr.assign(impl->Insts.size(), std::vector<std::vector<Access>>(Iterations));
+  for (const Access &A : M->All) M->ByInstr[A.instr][A.iteration].push_back(A);
+  B->Memory = M;
+  return Block{B};
+}
+
+std::vector<Access> Block::accesses() const {
+  return impl->Memory ? impl->Memory->All : std::vector<Access>();
+}
+
 std::vector<std::string> Block::opcodes() const {
   std::vector<std::string> R;
   for (const MCInst &MI : impl->Insts) R.push_back(impl->Engine->MCII->getName(MI.getOpcode()).str());

@@ -76,6 +76,18 @@ void indexResourcesAndOpcodes(EngineImpl &E) {
   for (unsigned R = 1; R < E.SM->getNumProcResourceKinds(); ++R)
     E.ResourceByName[E.SM->getProcResource(R)->Name] = R;
   for (unsigned O = 0; O < E.MCII->getNumOpcodes(); ++O) E.OpcodeByName[E.MCII->getName(O)] = O;
+  for (unsigned R = 1; R < E.MRI->getNumRegs(); ++R)
+    if (StringRef(E.MRI->getName(R)) == "RSP") E.RSP = R;
+}
+
+// The CPUs whose front end follows the rules of Intel's optimization manual
+// (Sandy Bridge: 2.3.2; Haswell: 2.4.2 and 2.3.2, unchanged through Skylake: 2.2.2).
+EngineImpl::Family familyOf(const std::string &Mcpu) {
+  for (const char *C : {"sandybridge", "ivybridge", "corei7-avx", "core-avx-i"})
+    if (Mcpu == C) return EngineImpl::Family::SandyBridge;
+  for (const char *C : {"haswell", "core-avx2", "broadwell", "skylake", "skylake-avx512", "cascadelake"})
+    if (Mcpu == C) return EngineImpl::Family::Haswell;
+  return EngineImpl::Family::None;
 }
 
 }  // namespace
@@ -93,6 +105,7 @@ Engine::Engine(const std::string &mcpu) : impl_(std::make_shared<EngineImpl>()) 
   createMCObjects(*impl_, mcpu);
   locateTables(*impl_);
   indexResourcesAndOpcodes(*impl_);
+  impl_->Gen = familyOf(mcpu);
 }
 
 Engine::~Engine() = default;

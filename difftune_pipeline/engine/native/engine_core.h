@@ -36,6 +36,27 @@ struct Row {
 struct Globals {
   int dispatch_width = 0;
   int micro_op_buffer_size = 0;
+  // The extended model's mechanisms (all off: llvm-mca's own pipeline). A
+  // mechanism's parameters are read only when it is on.
+  bool front_end = false, memory = false, stack_engine = false;
+  int predecode_bytes = 0;       // instruction bytes predecoded per cycle
+  int decoders = 0;              // instructions decoded per cycle
+  int simple_decoder_uops = 0;   // fused µops a decoder other than the first can emit
+  int uop_queue_size = 0;        // fused µops between decode and rename
+  int issue_width = 0;           // fused µops renamed per cycle
+  int store_forward_latency = 0; // cycles after a store executes before a load it feeds may issue
+  int alias_4k_penalty = 0;      // the same, for a load that only 4K-aliases the store
+  int stack_sync_uops = 0;       // issue slots of the µop that syncs RSP before an explicit read
+};
+
+// One memory access of one instruction in one iteration of a block (what a
+// harness model recorded, or a symbolic stand-in).
+struct Access {
+  int iteration = 0;
+  int instr = 0;
+  uint64_t address = 0;
+  int size = 0;
+  bool store = false;
 };
 
 struct Resource {
@@ -73,6 +94,12 @@ struct Block {
   std::vector<InstrOperands> operands() const;
   // ("hex", bytes) or ("asm", text): enough for another engine to rebuild the block.
   std::pair<std::string, std::string> source() const;
+  // Each instruction's machine code, as hex (assembly text is encoded).
+  std::vector<std::string> encoding() const;
+  // The same block with the addresses its loads and stores touch (the extended
+  // model's memory dependencies); an empty list removes them.
+  Block with_accesses(const std::vector<Access> &accesses) const;
+  std::vector<Access> accesses() const;
 };
 
 struct SimResult {
@@ -162,6 +189,13 @@ struct Limits {
   static constexpr int kReadAdvanceMin = -1000, kReadAdvanceMax = 1000;
   static constexpr int kDispatchWidthMin = 1, kDispatchWidthMax = 1000;
   static constexpr int kMicroOpBufferMin = 2, kMicroOpBufferMax = 100000;
+  static constexpr int kPredecodeBytesMin = 1, kPredecodeBytesMax = 64;
+  static constexpr int kDecodersMin = 1, kDecodersMax = 16;
+  static constexpr int kSimpleDecoderUopsMin = 1, kSimpleDecoderUopsMax = 16;
+  static constexpr int kUopQueueMin = 1, kUopQueueMax = 1024;
+  static constexpr int kIssueWidthMin = 1, kIssueWidthMax = 64;
+  static constexpr int kMemoryLatencyMin = 0, kMemoryLatencyMax = 100;
+  static constexpr int kStackSyncUopsMin = 0, kStackSyncUopsMax = 16;
 };
 
 // The x86 CPUs whose LLVM model has per-instruction scheduling data (the ones an Engine accepts).

@@ -117,6 +117,16 @@ struct EngineImpl {
     return A != B && (N & ResMask[B]) == N;
   }
   std::string printInst(const llvm::MCInst &MI);  // one line, leading blanks dropped
+  // The Intel core generation whose front-end rules apply to this CPU (extended model).
+  enum class Family { None, SandyBridge, Haswell };
+  Family Gen = Family::None;
+  llvm::MCRegister RSP;  // the stack pointer (the stack engine's register)
+};
+
+// A block's recorded memory accesses, by instruction and iteration.
+struct MemoryMap {
+  std::vector<Access> All;  // as given, sorted by (iteration, instruction)
+  std::vector<std::vector<std::vector<Access>>> ByInstr;  // [instruction][iteration] -> accesses
 };
 
 struct BlockImpl {
@@ -128,10 +138,13 @@ struct BlockImpl {
   bool FromHex = false;  // which of the two
   std::vector<llvm::MCInst> Insts;
   std::vector<std::string> Text, Keys;
+  std::vector<std::string> Encoding;         // each instruction's bytes (hex)
+  std::shared_ptr<const MemoryMap> Memory;   // null: no accesses recorded
 };
 
 struct TableImpl {
   std::shared_ptr<const EngineImpl> Engine;
+  Globals G;  // the mechanisms of the extended model, and their parameters
   llvm::MCSchedModel SM;
   llvm::MCExtraProcessorInfo EPI;
   std::vector<llvm::MCSchedClassDesc> Classes;  // originals, untouched clones, private classes

@@ -1,7 +1,10 @@
 // Simulation: a block lowered under a compiled table and run through llvm-mca's
 // default pipeline, many (block, table) pairs at a time.
 #include "engine_impl.h"
+#include "front_end.h"
+#include "memory_unit.h"
 #include "monitor_stage.h"
+#include "stack_engine.h"
 #include "trace_listener.h"
 
 #include "llvm/MCA/Context.h"
@@ -9,6 +12,9 @@
 #include "llvm/MCA/InstrBuilder.h"
 #include "llvm/MCA/Pipeline.h"
 #include "llvm/MCA/SourceMgr.h"
+#include "llvm/MCA/Stages/DispatchStage.h"
+#include "llvm/MCA/Stages/ExecuteStage.h"
+#include "llvm/MCA/Stages/RetireStage.h"
 
 #include <atomic>
 #include <thread>
@@ -76,19 +82,51 @@ class Lowering {
 };
 
 // llvm-mca's default pipeline with its defaults (no extra limits, loads and
-// stores never alias), then the monitor, which also listens to its events. A
-// tracer also gets the back-end pressure events, which MCA computes only on request.
-std::unique_ptr<mca::Pipeline> buildPipeline(mca::Context &Ctx, mca::SourceMgr &S,
-                                             mca::CustomBehaviour &CB,
-                                             std::unique_ptr<MonitorStage> Monitor,
-                                             TraceListener *Tracer) {
+// stores never alias).
+std::unique_ptr<mca::Pipeline> defaultPipeline(mca::Context &Ctx, mca::SourceMgr &S,
+                                               mca::CustomBehaviour &CB, bool BottleneckAnalysis) {
   mca::PipelineOptions PO(/*UOPQSize=*/0, /*DecThr=*/0, /*DW=*/0, /*RFS=*/0, /*LQS=*/0,
-                          /*SQS=*/0, /*NoAlias=*/true, /*BottleneckAnalysis=*/Tracer != nullptr);
-  auto P = Ctx.createDefaultPipeline(PO, S, CB);
-  if (Tracer) P->addEventListener(Tracer);
-  P->addEventListener(Monitor.get());
-  P->appendStage(std::move(Monitor));
-  return P;
+                          /*SQS=*/0, /*NoAlias=*/true, BottleneckAnalysis);
+  return Ctx.createDefaultPipeline(PO, S, CB);
+}
+
+// The extended model: llvm-mca's hardware units and stages, assembled as
+// Context::createDefaultPipeline does, with the front end in place of the entry
+// stage and, when memory dependencies are on, their load/store unit.
+std::unique_ptr<mca::Pipeline> extendedPipeline(mca::Context &Ctx, const MCSubtargetInfo &STI,
+                                                const MCRegisterInfo &MRI, const TableImpl &T,
+                                                const BlockImpl &B, mca::SourceMgr &S,
+                                                std::vector<FrontEndInstr> Facts,
+                                                bool BottleneckAnalysis) {
+  const MCSchedModel &SM = STI.getSchedModel();
+  const Globals &G = T.G;
+  auto RCU = std::make_unique<mca::RetireControlUnit>(SM);
+  auto PRF = std::make_unique<mca::RegisterFile>(SM, MRI, 0);
+  std::unique_ptr<mca::LSUnitBase> LSU;
+  if (G.memory && B.Memory)
+    LSU = std::make_unique<MemoryUnit>(SM, *B.Memory, B.Insts.size(), G.store_forward_latency,
+                                       G.alias_4k_penalty);
+  else
+    LSU = std::make_unique<mca::LSUnit>(SM, 0, 0, /*AssumeNoAlias=*/true);
+  auto HWS = std::make_unique<mca::Scheduler>(SM, *LSU);
+  // Without the front-end mechanism the front end only issues (stack sync µops
+  // included) at the dispatch width.
+  constexpr unsigned Unlimited = 1u << 20;
+  const FrontEndParams P =
+      G.front_end ? FrontEndParams{(unsigned)G.predecode_bytes, (unsigned)G.decoders,
+                                   (unsigned)G.simple_decoder_uops, (unsigned)G.uop_queue_size,
+                                   (unsigned)G.issue_width}
+                  : FrontEndParams{Unlimited, Unlimited, Unlimited, Unlimited, SM.IssueWidth};
+  auto P0 = std::make_unique<mca::Pipeline>();
+  P0->appendStage(std::make_unique<FrontEndStage>(S, std::move(Facts), P));
+  P0->appendStage(std::make_unique<mca::DispatchStage>(STI, MRI, 0, *RCU, *PRF));
+  P0->appendStage(std::make_unique<mca::ExecuteStage>(*HWS, BottleneckAnalysis));
+  P0->appendStage(std::make_unique<mca::RetireStage>(*RCU, *PRF, *LSU));
+  Ctx.addHardwareUnit(std::move(RCU));
+  Ctx.addHardwareUnit(std::move(PRF));
+  Ctx.addHardwareUnit(std::move(LSU));
+  Ctx.addHardwareUnit(std::move(HWS));
+  return P0;
 }
 
 std::pair<int64_t, std::string> simulateOne(const EngineImpl &E, const BlockImpl &B,
@@ -100,6 +138,15 @@ std::pair<int64_t, std::string> simulateOne(const EngineImpl &E, const BlockImpl
   Lowering L(E, STI);
   SmallVector<std::unique_ptr<mca::Instruction>> Lowered;
   if (std::string Why = L.lower(B, Lowered); !Why.empty()) return {-1, Why};
+  const Globals &G = T.G;
+  const bool Extended = G.front_end || G.memory || G.stack_engine;
+  std::vector<FrontEndInstr> Facts;
+  if (Extended) {
+    const std::vector<bool> Sync = G.stack_engine ? applyStackEngine(E, B, Lowered) : std::vector<bool>();
+    Facts = frontEndFacts(E, B, Lowered, G.front_end);
+    for (size_t I = 0; I < Sync.size(); ++I)
+      if (Sync[I]) Facts[I].SyncUops = G.stack_sync_uops;
+  }
   CircularSourceMgr S(Lowered, Iterations);
   std::unique_ptr<mca::CustomBehaviour> CB(E.TheTarget->createCustomBehaviour(STI, S, *E.MCII));
   if (!CB) CB = std::make_unique<mca::CustomBehaviour>(STI, S, *E.MCII);
@@ -111,7 +158,11 @@ std::pair<int64_t, std::string> simulateOne(const EngineImpl &E, const BlockImpl
     Tracer = std::make_unique<TraceListener>(STI.getSchedModel(), Lowered.size(),
                                              Lowered.size() * std::min(Shown, Iterations),
                                              *Recorded);
-  auto P = buildPipeline(Ctx, S, *CB, std::move(Monitor), Tracer.get());
+  auto P = Extended ? extendedPipeline(Ctx, STI, *E.MRI, T, B, S, std::move(Facts), Tracer != nullptr)
+                    : defaultPipeline(Ctx, S, *CB, Tracer != nullptr);
+  if (Tracer) P->addEventListener(Tracer.get());
+  P->addEventListener(Monitor.get());
+  P->appendStage(std::move(Monitor));
   Expected<unsigned> Cycles = P->run();
   if (Tracer) Tracer->finish();
   if (!Cycles) {

@@ -46,6 +46,30 @@ void applyGlobals(const EngineImpl &E, const Globals &G, const Globals &Default,
   if (G.micro_op_buffer_size != Default.micro_op_buffer_size)
     checkRange("globals", "micro_op_buffer_size", G.micro_op_buffer_size,
                Limits::kMicroOpBufferMin, Limits::kMicroOpBufferMax);
+  if ((G.front_end || G.memory || G.stack_engine) && E.Gen == EngineImpl::Family::None)
+    invalid("globals", "the extended model has no front-end rules for " + E.Mcpu +
+                           " (Intel Sandy Bridge to Skylake only)");
+  if (G.front_end) {
+    checkRange("globals", "predecode_bytes", G.predecode_bytes, Limits::kPredecodeBytesMin,
+               Limits::kPredecodeBytesMax);
+    checkRange("globals", "decoders", G.decoders, Limits::kDecodersMin, Limits::kDecodersMax);
+    checkRange("globals", "simple_decoder_uops", G.simple_decoder_uops,
+               Limits::kSimpleDecoderUopsMin, Limits::kSimpleDecoderUopsMax);
+    checkRange("globals", "uop_queue_size", G.uop_queue_size, Limits::kUopQueueMin,
+               Limits::kUopQueueMax);
+    checkRange("globals", "issue_width", G.issue_width, Limits::kIssueWidthMin,
+               Limits::kIssueWidthMax);
+  }
+  if (G.memory) {
+    checkRange("globals", "store_forward_latency", G.store_forward_latency,
+               Limits::kMemoryLatencyMin, Limits::kMemoryLatencyMax);
+    checkRange("globals", "alias_4k_penalty", G.alias_4k_penalty, Limits::kMemoryLatencyMin,
+               Limits::kMemoryLatencyMax);
+  }
+  if (G.stack_engine)
+    checkRange("globals", "stack_sync_uops", G.stack_sync_uops, Limits::kStackSyncUopsMin,
+               Limits::kStackSyncUopsMax);
+  T.G = G;
   T.SM = *E.SM;
   T.SM.IssueWidth = G.dispatch_width;
   T.SM.MicroOpBufferSize = G.micro_op_buffer_size;

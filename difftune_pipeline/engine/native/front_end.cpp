@@ -1,0 +1,185 @@
+#include "front_end.h"
+
+#include <regex>
+
+using namespace llvm;
+
+namespace dt {
+namespace {
+
+// X86 condition codes as LLVM numbers them (X86::CondCode).
+enum Cond { kO, kNO, kB, kAE, kE, kNE, kBE, kA, kS, kNS, kP, kNP, kL, kGE, kLE, kG };
+
+struct MemOperand {
+  bool Present = false, Indexed = false, RipRelative = false;
+};
+
+MemOperand memOperand(const EngineImpl &E, const MCInst &MI) {
+  const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
+  MemOperand M;
+  for (unsigned I = 0; I + 2 < MI.getNumOperands() && I < D.getNumOperands(); ++I) {
+    if (D.operands()[I].OperandType != MCOI::OPERAND_MEMORY) continue;
+    M.Present = true;
+    const MCOperand &Base = MI.getOperand(I), &Index = MI.getOperand(I + 2);
+    M.Indexed = Index.isReg() && Index.getReg();
+    M.RipRelative = Base.isReg() && Base.getReg() && StringRef(E.MRI->getName(Base.getReg())) == "RIP";
+    break;
+  }
+  return M;
+}
+
+bool hasImmediate(const MCInst &MI) {
+  for (const MCOperand &Op : MI)
+    if (Op.isImm() || Op.isExpr()) return true;
+  return false;
+}
+
+// The first half of a macro-fused pair, and the conditions it fuses with
+// (Intel's optimization manual, "macro-fusion", Sandy Bridge onwards): TEST and
+// AND with every jcc; CMP, ADD and SUB with all but O/NO/S/NS/P/NP; INC and DEC
+// with E/NE/L/GE/LE/G. Never with both a memory operand and an immediate, a
+// RIP-relative operand, or a memory destination (a read-modify-write).
+bool fusesWith(const EngineImpl &E, const MCInst &First, const MCInst &Jcc) {
+  static const std::regex Name("(CMP|TEST|ADD|SUB|AND|INC|DEC)(8|16|32|64)[a-z0-9_]*");
+  std::smatch Match;
+  const std::string Op = E.MCII->getName(First.getOpcode()).str();
+  if (!std::regex_match(Op, Match, Name)) return false;
+  if (!StringRef(E.MCII->getName(Jcc.getOpcode())).starts_with("JCC_")) return false;
+  const MCInstrDesc &D = E.MCII->get(First.getOpcode());
+  const MemOperand M = memOperand(E, First);
+  if (D.mayStore() || M.RipRelative || (M.Present && hasImmediate(First))) return false;
+  const MCOperand &CondOp = Jcc.getOperand(Jcc.getNumOperands() - 1);
+  if (!CondOp.isImm()) return false;
+  const int C = (int)CondOp.getImm();
+  const std::string Kind = Match[1];
+  if (Kind == "TEST" || Kind == "AND") return true;
+  if (Kind == "CMP" || Kind == "ADD" || Kind == "SUB")
+    return C != kO && C != kNO && C != kS && C != kNS && C != kP && C != kNP;
+  return C == kE || C == kNE || C == kL || C == kGE || C == kLE || C == kG;  // INC, DEC
+}
+
+// Fused-domain µops of an instruction of `Uops` unfused µops: a load and the
+// operation on it issue as one, as do a store's address and data (micro-fusion).
+// Sandy/Ivy Bridge unlaminate every indexed memory operand; Haswell on keeps
+// indexed ones fused only when the destination is also a source (two operands).
+unsigned fusedUops(const EngineImpl &E, const MCInst &MI, unsigned Uops) {
+  const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
+  const MemOperand M = memOperand(E, MI);
+  if (!M.Present || Uops < 2) return Uops;
+  if (M.Indexed) {
+    const bool TwoOperand = D.getNumDefs() && D.getOperandConstraint(D.getNumDefs(), MCOI::TIED_TO) == 0;
+    if (E.Gen == EngineImpl::Family::SandyBridge || !TwoOperand) return Uops;
+  }
+  unsigned Fused = Uops;
+  if (D.mayLoad() && Fused >= 2) --Fused;
+  if (D.mayStore() && Fused >= 2) --Fused;
+  return Fused;
+}
+
+}  // namespace
+
+std::vector<FrontEndInstr> frontEndFacts(const EngineImpl &E, const BlockImpl &B,
+                                         const SmallVectorImpl<std::unique_ptr<mca::Instruction>> &Lowered,
+                                         bool Fusion) {
+  std::vector<FrontEndInstr> Out(B.Insts.size());
+  for (size_t I = 0; I < Out.size(); ++I) {
+    Out[I].Bytes = std::max<size_t>(1, B.Encoding[I].size() / 2);
+    const unsigned Uops = Lowered[I]->getNumMicroOps();
+    Out[I].Fused = Fusion ? fusedUops(E, B.Insts[I], Uops) : Uops;
+  }
+  if (Fusion)
+    for (size_t I = 0; I + 1 < Out.size(); ++I)
+      if (!Out[I].FusesWithNext && Out[I].Fused && fusesWith(E, B.Insts[I], B.Insts[I + 1])) {
+        Out[I].FusesWithNext = true;
+        Out[I + 1].Fused = 0;
+        ++I;  // a jcc fuses with one instruction
+      }
+  return Out;
+}
+
+// Bytes flow at PredecodeBytes per cycle; an instruction is predecoded once its
+// last byte is, and waits in a queue of kInstrQueue instructions.
+void FrontEndStage::predecode() {
+  unsigned Budget = P.PredecodeBytes;
+  while (Predecoded.size() < kInstrQueue && SM.hasNext()) {
+    mca::SourceRef SR = SM.peekNext();
+    const unsigned Need = Facts[SR.first % Facts.size()].Bytes - Partial;
+    if (Need > Budget) {
+      Partial += Budget;
+      return;
+    }
+    Budget -= Need;
+    Partial = 0;
+    Owned.push_back(std::make_unique<mca::Instruction>(SR.second));
+    Predecoded.emplace_back(SR.first, Owned.back().get());
+    SM.updateNext();
+  }
+}
+
+// Up to Decoders instructions (a fused pair counts once); one that issues as
+// more than SimpleDecoderUops fused µops needs the first decoder; a microcoded
+// one holds the decoders for a cycle per kMsromUops µops.
+void FrontEndStage::decode() {
+  if (DecodeBusy) {
+    --DecodeBusy;
+    return;
+  }
+  for (unsigned Slot = 0; Slot < P.Decoders && !Predecoded.empty(); ++Slot) {
+    const mca::InstRef First = Predecoded.front();
+    const bool Pair = facts(First).FusesWithNext;
+    if (Pair && Predecoded.size() < 2) return;  // its second half is not predecoded yet
+    const unsigned Uops = facts(First).Fused;
+    if (Uops > P.SimpleDecoderUops && Slot > 0) return;
+    const unsigned Cost = cost(First) + (Pair ? cost(Predecoded[1]) : 0);
+    if (!Queue.empty() && QueueUops + Cost > P.QueueSize) return;
+    for (int I = 0; I < (Pair ? 2 : 1); ++I) {
+      Queue.push_back(Predecoded.front());
+      Predecoded.pop_front();
+    }
+    QueueUops += Cost;
+    if (Uops > kMsromUops) {
+      DecodeBusy = (Uops + kMsromUops - 1) / kMsromUops - 1;
+      return;
+    }
+  }
+}
+
+bool FrontEndStage::hasWorkToComplete() const {
+  return !Predecoded.empty() || !Queue.empty() || !SM.isEnd();
+}
+
+Error FrontEndStage::cycleStart() {
+  IssuedThisCycle = 0;
+  decode();
+  predecode();
+  return ErrorSuccess();
+}
+
+// Fused µops leave the queue in order, IssueWidth per cycle (one wider than that
+// goes alone), as far as dispatch accepts them.
+bool FrontEndStage::isAvailable(const mca::InstRef &) const {
+  if (Queue.empty()) return false;
+  const mca::InstRef &IR = Queue.front();
+  if (IssuedThisCycle && IssuedThisCycle + cost(IR) > P.IssueWidth) return false;
+  return checkNextStage(IR);
+}
+
+Error FrontEndStage::execute(mca::InstRef &) {
+  mca::InstRef IR = Queue.front();
+  Queue.pop_front();
+  QueueUops -= cost(IR);
+  IssuedThisCycle += cost(IR);
+  return moveToTheNextStage(IR);
+}
+
+// Frees the instructions that have retired, oldest first, as EntryStage does.
+Error FrontEndStage::cycleEnd() {
+  while (NumRetired < Owned.size() && Owned[NumRetired]->isRetired()) ++NumRetired;
+  if (NumRetired * 2 >= Owned.size() && NumRetired) {
+    Owned.erase(Owned.begin(), Owned.begin() + NumRetired);
+    NumRetired = 0;
+  }
+  return ErrorSuccess();
+}
+
+}  // namespace dt

@@ -1,0 +1,68 @@
+// The extended model's front end: a Stage in place of MCA's EntryStage that
+// predecodes a byte stream, decodes it with a limited set of decoders, fuses
+// pairs (cmp+jcc) and load+op µops, and issues fused µops from a bounded queue
+// at a fixed width (Intel's optimization manual, "legacy decode pipeline").
+#pragma once
+
+#include "engine_impl.h"
+
+#include "llvm/MCA/Instruction.h"
+#include "llvm/MCA/SourceMgr.h"
+#include "llvm/MCA/Stages/Stage.h"
+
+#include <deque>
+#include <memory>
+
+namespace dt {
+
+// What the front end knows of one instruction of the block.
+struct FrontEndInstr {
+  unsigned Bytes = 1;          // its length in machine code
+  unsigned Fused = 1;          // fused-domain µops it issues as (0: macro-fused into the one before)
+  bool FusesWithNext = false;  // first half of a macro-fused pair: decoded with the next one
+  unsigned SyncUops = 0;       // stack-engine sync µops issued just before it
+};
+
+struct FrontEndParams {
+  unsigned PredecodeBytes, Decoders, SimpleDecoderUops, QueueSize, IssueWidth;
+};
+
+// Per-instruction facts of B under the table whose instructions are `Lowered`.
+// Fusion applies only when `Fusion` (the front-end mechanism) is on.
+std::vector<FrontEndInstr> frontEndFacts(const EngineImpl &E, const BlockImpl &B,
+                                         const llvm::SmallVectorImpl<std::unique_ptr<llvm::mca::Instruction>> &Lowered,
+                                         bool Fusion);
+
+class FrontEndStage final : public llvm::mca::Stage {
+  static constexpr unsigned kInstrQueue = 20;  // predecoded instructions awaiting decode (Haswell: 20)
+  static constexpr unsigned kMsromUops = 4;    // more fused µops than this come from the microcode ROM
+
+  llvm::mca::SourceMgr &SM;
+  const std::vector<FrontEndInstr> Facts;
+  const FrontEndParams P;
+  std::vector<std::unique_ptr<llvm::mca::Instruction>> Owned;  // alive until retired, as in EntryStage
+  size_t NumRetired = 0;
+  std::deque<llvm::mca::InstRef> Predecoded, Queue;
+  unsigned Partial = 0;      // bytes of the next instruction already predecoded
+  unsigned QueueUops = 0;    // fused µops in Queue
+  unsigned DecodeBusy = 0;   // cycles the decoders still spend on a microcoded instruction
+  unsigned IssuedThisCycle = 0;
+
+  const FrontEndInstr &facts(const llvm::mca::InstRef &IR) const {
+    return Facts[IR.getSourceIndex() % Facts.size()];
+  }
+  unsigned cost(const llvm::mca::InstRef &IR) const { return facts(IR).Fused + facts(IR).SyncUops; }
+  void predecode();
+  void decode();
+
+ public:
+  FrontEndStage(llvm::mca::SourceMgr &SM, std::vector<FrontEndInstr> Facts, FrontEndParams P)
+      : SM(SM), Facts(std::move(Facts)), P(P) {}
+  bool hasWorkToComplete() const override;
+  bool isAvailable(const llvm::mca::InstRef &IR) const override;
+  llvm::Error execute(llvm::mca::InstRef &IR) override;
+  llvm::Error cycleStart() override;
+  llvm::Error cycleEnd() override;
+};
+
+}  // namespace dt

@@ -1,0 +1,123 @@
+#include "memory_unit.h"
+
+using namespace llvm;
+
+namespace dt {
+namespace {
+
+bool overlap(uint64_t A, int ASize, uint64_t B, int BSize) { return A < B + BSize && B < A + ASize; }
+
+// 4K aliasing: the low 12 bits of the two accesses overlap while the addresses do not.
+bool alias4k(const Access &X, const Access &Y) {
+  return !overlap(X.address, X.size, Y.address, Y.size) &&
+         overlap(X.address & 0xfff, X.size, Y.address & 0xfff, Y.size);
+}
+
+}  // namespace
+
+// The accesses of one dynamic instruction. Iterations past the recorded ones
+// continue each access at the stride of the last two recorded iterations.
+std::vector<Access> MemoryUnit::accessesOf(unsigned SourceIndex) const {
+  const auto &ByIteration = Map.ByInstr[SourceIndex % BlockSize];
+  const size_t Iteration = SourceIndex / BlockSize, K = ByIteration.size();
+  if (Iteration < K || K == 0) return K ? ByIteration[Iteration] : std::vector<Access>();
+  std::vector<Access> Out = ByIteration[K - 1];
+  if (K >= 2 && ByIteration[K - 2].size() == Out.size())
+    for (size_t J = 0; J < Out.size(); ++J)
+      Out[J].address += (Iteration - K + 1) * (Out[J].address - ByIteration[K - 2][J].address);
+  return Out;
+}
+
+mca::LSUnitBase::Status MemoryUnit::isAvailable(const mca::InstRef &IR) const {
+  const mca::Instruction &IS = *IR.getInstruction();
+  if (IS.getMayLoad() && isLQFull()) return LSU_LQUEUE_FULL;
+  if (IS.getMayStore() && isSQFull()) return LSU_SQUEUE_FULL;
+  return LSU_AVAILABLE;
+}
+
+unsigned MemoryUnit::standIn() {
+  const unsigned G = createMemoryGroup();
+  getGroup(G).addInstruction();
+  return G;
+}
+
+MemoryUnit::Store *MemoryUnit::storeOf(unsigned Group) {
+  for (Store &S : Stores)
+    if (S.Group == Group) return &S;
+  return nullptr;
+}
+
+unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
+  const mca::Instruction &IS = *IR.getInstruction();
+  if (IS.getMayLoad()) acquireLQSlot();
+  if (IS.getMayStore()) acquireSQSlot();
+  const unsigned G = createMemoryGroup();
+  mca::MemoryGroup &Group = getGroup(G);
+  Group.addInstruction();
+  // Stores whose stand-ins have both completed constrain nothing any more.
+  while (!Stores.empty() && !isValidGroupID(Stores.front().Forward) && !isValidGroupID(Stores.front().Alias))
+    Stores.pop_front();
+  const std::vector<Access> Mine = accessesOf(IR.getSourceIndex());
+  if (IS.getMayLoad())
+    for (const Store &S : Stores) {
+      bool Forward = false, Alias = false;
+      for (const Access &L : Mine)
+        for (const Access &W : S.Bytes)
+          if (!L.store && W.store) {
+            Forward |= overlap(L.address, L.size, W.address, W.size);
+            Alias |= alias4k(L, W);
+          }
+      const unsigned From = Forward ? S.Forward : Alias ? S.Alias : 0;
+      if (From && isValidGroupID(From)) getGroup(From).addSuccessor(&Group, true);
+    }
+  if (IS.getMayStore()) {
+    if (isValidGroupID(LastLoad)) getGroup(LastLoad).addSuccessor(&Group, false);
+    if (isValidGroupID(LastStore)) getGroup(LastStore).addSuccessor(&Group, true);
+    Stores.push_back({G, standIn(), standIn(), Mine});
+    LastStore = G;
+  }
+  if (IS.getMayLoad()) LastLoad = G;
+  return G;
+}
+
+void MemoryUnit::onInstructionIssued(const mca::InstRef &IR) {
+  LSUnitBase::onInstructionIssued(IR);
+  if (Store *S = storeOf(IR.getInstruction()->getLSUTokenID()))
+    for (unsigned G : {S->Forward, S->Alias}) getGroup(G).onInstructionIssued(IR);
+}
+
+// A stand-in completes through the base class (which then forgets it), with
+// the stand-in instruction carrying its token: the store may be gone by then.
+void MemoryUnit::complete(unsigned Group, unsigned SourceIndex) {
+  StandIn.setLSUTokenID(Group);
+  LSUnitBase::onInstructionExecuted(mca::InstRef(SourceIndex, &StandIn));
+}
+
+void MemoryUnit::onInstructionExecuted(const mca::InstRef &IR) {
+  const unsigned Token = IR.getInstruction()->getLSUTokenID();
+  LSUnitBase::onInstructionExecuted(IR);
+  if (Store *S = storeOf(Token)) {
+    for (auto [G, Delay] : {std::pair{S->Forward, ForwardDelay}, std::pair{S->Alias, AliasDelay}}) {
+      if (Delay == 0)
+        complete(G, IR.getSourceIndex());
+      else
+        Pending.push_back({Cycle + Delay, G, IR.getSourceIndex()});
+    }
+  }
+}
+
+void MemoryUnit::cycleEvent() {
+  ++Cycle;
+  for (size_t I = 0; I < Pending.size();) {
+    if (Pending[I].Cycle <= Cycle) {
+      complete(Pending[I].Group, Pending[I].SourceIndex);
+      Pending[I] = Pending.back();
+      Pending.pop_back();
+    } else {
+      ++I;
+    }
+  }
+  LSUnitBase::cycleEvent();
+}
+
+}  // namespace dt
