@@ -2,7 +2,8 @@
 
 A table holds the two globals (dispatch width, reorder buffer), the model it
 is simulated under (the extended model's mechanisms, each adding globals of its
-own, and the harness model that gives memory addresses) and one row per opcode: write latencies, µops, ReadAdvance entries and the port map as explicit
+own, and the harness model that gives memory addresses) and one row per opcode:
+write latencies, µops, ReadAdvance entries and the port map as explicit
 cycles per named processor resource. Variant opcodes (whose scheduling class
 LLVM picks per instruction, e.g. zero idioms) have one row per resolution, keyed
 ``OPCODE#CLASS``. Rows absent from a table keep LLVM's values.

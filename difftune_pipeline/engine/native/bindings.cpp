@@ -108,12 +108,14 @@ NB_MODULE(_engine, m) {
       .def_prop_ro("encoding", &dt::Block::encoding)
       .def(
           "with_accesses",
-          [](const dt::Block &B, const std::vector<std::tuple<int, int, uint64_t, int, bool>> &A) {
+          [](const dt::Block &B, const std::vector<std::tuple<int, int, uint64_t, int, bool>> &A,
+             bool Exact) {
             std::vector<dt::Access> Out;
             for (const auto &[It, In, Addr, Size, Store] : A) Out.push_back({It, In, Addr, Size, Store});
-            return B.with_accesses(Out);
+            return B.with_accesses(Out, Exact);
           },
-          "accesses"_a)
+          "accesses"_a, "exact"_a)
+      .def_prop_ro("exact_accesses", &dt::Block::exact_accesses)
       .def_prop_ro("accesses",
                    [](const dt::Block &B) {
                      std::vector<std::tuple<int, int, uint64_t, int, bool>> Out;

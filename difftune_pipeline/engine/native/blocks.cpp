@@ -214,11 +214,12 @@ std::pair<std::string, std::string> Block::source() const {
 }
 std::vector<std::string> Block::encoding() const { return impl->Encoding; }
 
-Block Block::with_accesses(const std::vector<Access> &accesses) const {
+Block Block::with_accesses(const std::vector<Access> &accesses, bool exact) const {
   auto B = std::make_shared<BlockImpl>(*impl);
   B->Memory = nullptr;
   if (accesses.empty() || !ok()) return Block{B};
   auto M = std::make_shared<MemoryMap>();
+  M->Exact = exact;
   M->All = accesses;
   std::stable_sort(M->All.begin(), M->All.end(), [](const Access &A, const Access &C) {
     return std::make_pair(A.iteration, A.instr) < std::make_pair(C.iteration, C.instr);
@@ -240,6 +241,8 @@ Block Block::with_accesses(const std::vector<Access> &accesses) const {
   B->Memory = M;
   return Block{B};
 }
+
+bool Block::exact_accesses() const { return impl->Memory && impl->Memory->Exact; }
 
 std::vector<Access> Block::accesses() const {
   return impl->Memory ? impl->Memory->All : std::vector<Access>();

@@ -97,8 +97,10 @@ struct Block {
   // Each instruction's machine code, as hex (assembly text is encoded).
   std::vector<std::string> encoding() const;
   // The same block with the addresses its loads and stores touch (the extended
-  // model's memory dependencies); an empty list removes them.
-  Block with_accesses(const std::vector<Access> &accesses) const;
+  // model's memory dependencies); an empty list removes them. `exact`: real
+  // addresses (4K aliasing is checked), not symbolic stand-ins.
+  Block with_accesses(const std::vector<Access> &accesses, bool exact) const;
+  bool exact_accesses() const;
   std::vector<Access> accesses() const;
 };
 

@@ -125,6 +125,7 @@ struct EngineImpl {
 
 // A block's recorded memory accesses, by instruction and iteration.
 struct MemoryMap {
+  bool Exact = false;       // real addresses (4K aliasing is meaningful)
   std::vector<Access> All;  // as given, sorted by (iteration, instruction)
   std::vector<std::vector<std::vector<Access>>> ByInstr;  // [instruction][iteration] -> accesses
 };

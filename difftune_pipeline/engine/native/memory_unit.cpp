@@ -65,7 +65,7 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
         for (const Access &W : S.Bytes)
           if (!L.store && W.store) {
             Forward |= overlap(L.address, L.size, W.address, W.size);
-            Alias |= alias4k(L, W);
+            Alias |= Map.Exact && alias4k(L, W);
           }
       const unsigned From = Forward ? S.Forward : Alias ? S.Alias : 0;
       if (From && isValidGroupID(From)) getGroup(From).addSuccessor(&Group, true);
@@ -80,7 +80,9 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
   return G;
 }
 
+// The scheduler reports every instruction; only memory operations have groups.
 void MemoryUnit::onInstructionIssued(const mca::InstRef &IR) {
+  if (!IR.getInstruction()->isMemOp()) return;
   LSUnitBase::onInstructionIssued(IR);
   if (Store *S = storeOf(IR.getInstruction()->getLSUTokenID()))
     for (unsigned G : {S->Forward, S->Alias}) getGroup(G).onInstructionIssued(IR);
@@ -94,6 +96,7 @@ void MemoryUnit::complete(unsigned Group, unsigned SourceIndex) {
 }
 
 void MemoryUnit::onInstructionExecuted(const mca::InstRef &IR) {
+  if (!IR.getInstruction()->isMemOp()) return;
   const unsigned Token = IR.getInstruction()->getLSUTokenID();
   LSUnitBase::onInstructionExecuted(IR);
   if (Store *S = storeOf(Token)) {

@@ -146,6 +146,9 @@ std::pair<int64_t, std::string> simulateOne(const EngineImpl &E, const BlockImpl
     Facts = frontEndFacts(E, B, Lowered, G.front_end);
     for (size_t I = 0; I < Sync.size(); ++I)
       if (Sync[I]) Facts[I].SyncUops = G.stack_sync_uops;
+    // A macro-fused jcc executes as part of the µop before it: it takes no port.
+    for (size_t I = 1; I < Facts.size(); ++I)
+      if (Facts[I - 1].FusesWithNext) Lowered[I]->setEliminated();
   }
   CircularSourceMgr S(Lowered, Iterations);
   std::unique_ptr<mca::CustomBehaviour> CB(E.TheTarget->createCustomBehaviour(STI, S, *E.MCII));
