@@ -28,7 +28,8 @@ from difftune_pipeline.engine import Block
 from difftune_pipeline.engine.extended import HARNESSES
 
 ITERATIONS = 4  # iterations emulated; later ones continue each access's stride
-MAX_ACCESSES = 4096  # per block: a rep-prefixed string operation with RCX = 0x2324000 would run for ever
+MAX_ACCESSES = 4096  # per block
+STEPS = 64  # emulator steps per instruction and iteration (a rep prefix with RCX = 0x2324000 takes millions)
 INIT = 0x2324000
 CODE = 0x10000000  # where the block's code is placed (away from the data pages)
 PAGE = 4096
@@ -127,13 +128,16 @@ def bhive(encoding: list[str], iterations: int = ITERATIONS) -> tuple:
     for k in range(iterations):
         state["iteration"] = k
         try:
-            uc.emu_start(CODE, end, count=len(encoding) * 64)
+            uc.emu_start(CODE, end, count=len(encoding) * STEPS)
         except UcError as exc:
             raise EmulationError(f"{exc} at instruction {state['instr']}") from None
         if state["left"] == "accesses":
             raise EmulationError(f"more than {MAX_ACCESSES} memory accesses")
-        if state["left"] is not None and state["instr"] != len(encoding) - 1:
-            raise EmulationError(f"control left the block at instruction {state['instr']}")
+        if state["left"] is not None:
+            if state["instr"] != len(encoding) - 1:  # a branch ending the block may go anywhere
+                raise EmulationError(f"control left the block at instruction {state['instr']}")
+        elif uc.reg_read(X.UC_X86_REG_RIP) != end:
+            raise EmulationError(f"did not finish within {STEPS} steps an instruction (at {state['instr']})")
         state["left"] = None
     return tuple(rows)
 

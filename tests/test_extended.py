@@ -1,0 +1,213 @@
+"""The extended model: each mechanism moves cycles the way it should on a
+hand-made block; with every mechanism off the engine is llvm-mca; harness
+models fall back, with a reason, on blocks they cannot run."""
+
+import json
+
+import pytest
+
+from difftune_pipeline import harness
+from difftune_pipeline.engine import Engine, InvalidTable, ParamTable
+from difftune_pipeline.engine.reference import llvm_mca_many
+
+ITER = 100
+
+
+@pytest.fixture(scope="module")
+def base(haswell) -> ParamTable:
+    return haswell.default_table()
+
+
+def cycles(engine: Engine, asm: str, table: ParamTable | None, harness_name: str | None = None) -> int:
+    block = engine.parse_asm(asm)
+    assert block.ok, block.error
+    if harness_name:
+        block = harness.accesses(block, harness_name).attach(block)
+    result = engine.simulate([block], table, iterations=ITER)
+    assert result.status == ["ok"], result.status
+    return int(result.cycles[0])
+
+
+def model(base: ParamTable, mechanisms, harness_name: str = "none", **globals_) -> ParamTable:
+    table = base.with_model(mechanisms, harness_name)
+    table.globals.update(globals_)
+    return table
+
+
+def test_all_mechanisms_off_is_llvm_mca(haswell, base, sample_rows):
+    """A table whose mechanisms were turned on and off again simulates exactly as the binary."""
+    round_trip = model(base, ("front_end", "memory", "stack_engine")).with_model(())
+    assert round_trip.globals["dispatch_width"] == 8  # the front end's default (unfused µops) stays
+    round_trip.globals["dispatch_width"] = base.globals["dispatch_width"]
+    assert round_trip.to_dict() == base.to_dict()
+    blocks = [haswell.parse_asm("\n".join(haswell.disassemble(h).asm)) for h, _ in sample_rows[:40]]
+    blocks = [harness.accesses(b, "bhive").attach(b) for b in blocks]  # accesses change nothing when off
+    ours = haswell.simulate(blocks, round_trip).cycles.tolist()
+    assert ours == llvm_mca_many([list(b.asm) for b in blocks], "haswell")
+
+
+LONG = "\n".join(["movabsq $0x123456789abc, %rcx", "movabsq $0x123456789abc, %rdx"] * 2)  # 40 bytes
+
+
+def test_predecode_bounds_a_block_of_long_instructions(haswell, base):
+    plain = cycles(haswell, LONG, base)
+    front = cycles(haswell, LONG, model(base, ("front_end",)))
+    assert plain < 1.2 * ITER  # llvm-mca: four µops a cycle
+    assert 2.4 * ITER <= front <= 2.6 * ITER  # 40 bytes at 16 a cycle
+    assert cycles(haswell, LONG, model(base, ("front_end",), predecode_bytes=40)) < 1.2 * ITER
+
+
+def test_complex_instructions_need_the_first_decoder(haswell, base):
+    """bswap r64 is two µops: only the first decoder takes it, one a cycle; decoders
+    that took two µops would decode all four in a cycle."""
+    asm = "\n".join(f"bswapq %r{r}" for r in ("ax", "bx", "cx", "dx"))
+    one = cycles(haswell, asm, model(base, ("front_end",)))
+    assert one >= 4 * ITER
+    assert cycles(haswell, asm, model(base, ("front_end",), simple_decoder_uops=2)) < 0.6 * one
+
+
+def test_macro_fusion_of_cmp_and_jcc(haswell, base):
+    front = model(base, ("front_end",))
+    fused = "cmpq %rdx, %rsi\njne .L"
+    unfusable = "cmpq %rdx, %rsi\njo .L"  # cmp never fuses with jo
+    assert cycles(haswell, fused, base) == cycles(haswell, unfusable, base)
+    assert cycles(haswell, fused, front) < 0.8 * cycles(haswell, unfusable, front)
+
+
+def test_issue_width_and_micro_fusion(haswell, base):
+    """Six µops, four fused (two load+op): one cycle an iteration at width 4
+    (llvm-mca's four unfused µops a cycle: 1.5), two at width 2."""
+    asm = "addq (%rsp), %r8\naddq (%rsp), %r9\naddq $1, %r10\naddq $1, %r11"
+    assert cycles(haswell, asm, base) >= 1.5 * ITER
+    wide = cycles(haswell, asm, model(base, ("front_end",)))
+    assert wide <= 1.15 * ITER
+    assert cycles(haswell, asm, model(base, ("front_end",), issue_width=2)) >= 1.8 * wide
+
+
+STORE_LOAD_TWO_REGISTERS = "movq %rax, (%rsi)\nmovq (%rdi), %rax"  # BHive's harness: rsi == rdi
+STORE_LOAD_SAME = "movq %rax, (%rdi)\nmovq (%rdi), %rax"
+
+
+def test_store_to_load_through_the_same_address(haswell, base):
+    plain = cycles(haswell, STORE_LOAD_SAME, base)
+    memory = model(base, ("memory",))
+    forwarded = cycles(haswell, STORE_LOAD_SAME, memory, "none")  # symbolic: the same expression
+    assert forwarded >= 5 * plain  # the loop now carries store -> load -> store
+    slower = cycles(haswell, STORE_LOAD_SAME, model(base, ("memory",), store_forward_latency=3), "none")
+    assert slower >= forwarded + 2.5 * ITER
+
+
+def test_store_to_load_through_registers_the_harness_makes_equal(haswell, base):
+    plain = cycles(haswell, STORE_LOAD_TWO_REGISTERS, base)
+    symbolic = cycles(haswell, STORE_LOAD_TWO_REGISTERS, model(base, ("memory",)), "none")
+    bhive = cycles(haswell, STORE_LOAD_TWO_REGISTERS, model(base, ("memory",), "bhive"), "bhive")
+    assert symbolic <= plain + 5  # different expressions: no dependency without a harness
+    assert bhive >= 5 * plain
+
+
+def test_4k_aliasing_penalty(haswell, base):
+    block = haswell.parse_asm(STORE_LOAD_SAME)
+    rows = [(k, 0, 0x1000, 8, True) for k in range(2)] + [(k, 1, 0x3000, 8, False) for k in range(2)]
+    aliasing = block.with_accesses(rows, True)
+    far = block.with_accesses([(k, 1, 0x3008, 8, False) if not s else (k, i, a, n, s) for k, i, a, n, s in rows], True)
+
+    def run(b, **g):
+        return int(haswell.simulate([b], model(base, ("memory",), "bhive", **g)).cycles[0])
+
+    assert run(far) <= run(aliasing) - 4 * ITER
+    assert run(aliasing, alias_4k_penalty=10) >= run(aliasing) + 4 * ITER
+    symbolic = block.with_accesses(rows, False)  # stand-in addresses never 4K-alias
+    assert run(symbolic) == run(far)
+
+
+def test_stack_engine_breaks_the_rsp_chain(haswell, base):
+    pushes = "pushq %rax\npopq %rbx\npushq %rcx\npopq %rdx"
+    plain = cycles(haswell, pushes, base)
+    stack = cycles(haswell, pushes, model(base, ("stack_engine",)))
+    assert stack < 0.5 * plain
+
+
+def test_explicit_rsp_read_costs_a_sync_uop(haswell, base):
+    explicit = "pushq %rax\nmovq %rsp, %rbx\npopq %rcx\nleaq 8(%rsp), %rdx"
+    one = cycles(haswell, explicit, model(base, ("stack_engine",)))
+    four = cycles(haswell, explicit, model(base, ("stack_engine",), stack_sync_uops=4))
+    assert four > one
+    no_sync = "pushq %rax\npopq %rcx\nleaq 8(%rsi), %rdx"  # RSP named only by the stack operations
+    assert cycles(haswell, no_sync, model(base, ("stack_engine",), stack_sync_uops=4)) == cycles(
+        haswell, no_sync, model(base, ("stack_engine",))
+    )
+
+
+@pytest.mark.parametrize(
+    "asm,reason",
+    [
+        ("divq (%rdi)\nmovq %rax, (%rsi)", "UC_ERR_EXCEPTION"),  # quotient overflow: #DE
+        ("ud2", "UC_ERR_INSN_INVALID"),
+        ("hex:488b07eb10488906", "control left the block at instruction 1"),  # mov; jmp +16; mov
+        ("rep stosb %al, %es:(%rdi)", "did not finish"),  # RCX = 0x2324000 bytes
+        ("vmovups %ymm0, (%rdi)", "UC_ERR_INSN_INVALID"),  # the emulator has no 256-bit AVX
+    ],
+)
+def test_blocks_the_harness_cannot_run_fall_back_with_a_reason(haswell, base, asm, reason):
+    block = haswell.disassemble(asm[4:]) if asm.startswith("hex:") else haswell.parse_asm(asm)
+    assert block.ok, block.error
+    got = harness.accesses(block, "bhive")
+    assert got.harness == "none" and got.status.startswith("emulation failed") and reason in got.status
+    assert got.rows == harness.symbolic(block)
+    result = haswell.simulate([got.attach(block)], model(base, ("memory",), "bhive"))
+    assert result.status == ["ok"]
+
+
+def test_emulation_records_width_and_iterations(haswell):
+    block = haswell.parse_asm("vmovups %xmm0, 32(%rdi)\nmovl 4(%rsi), %eax\naddq $64, %rdi")
+    rows = harness.bhive(block.encoding)
+    first = [r for r in rows if r[0] == 0]
+    assert first == [(0, 0, 0x2324020, 8, True), (0, 0, 0x2324028, 8, True), (0, 1, 0x2324004, 4, False)]
+    stores = [a for it, i, a, n, s in rows if s][::2]  # the emulator writes 16 bytes as two halves
+    assert stores == [0x2324020 + 64 * k for k in range(harness.ITERATIONS)]
+
+
+def test_table_records_its_model(tmp_path, base):
+    table = model(base, ("front_end", "memory"), "bhive", issue_width=5)
+    assert table.model == "llvm-mca+front_end+memory@bhive"
+    path = tmp_path / "t.json"
+    table.to_json(path)
+    again = ParamTable.from_json(path)
+    assert again.to_dict() == table.to_dict() and again.mechanisms == ("front_end", "memory")
+    frame = table.to_frame()
+    assert ParamTable.from_frame(frame, table.mcpu, table.llvm_version).to_dict() == table.to_dict()
+    assert base.fingerprint() == base.with_model(()).fingerprint()  # llvm-mca's tables keep their ids
+
+
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (lambda d: d["model"].update(mechanisms=["front_end", "branch_predictor"]), "model.mechanisms"),
+        (lambda d: d["model"].update(harness="agner"), "model.harness"),
+        (lambda d: d["globals"].pop("issue_width"), "globals.issue_width: required"),
+        (lambda d: d["globals"].update(stack_sync_uops=1), "globals.stack_sync_uops: belongs to a mechanism"),
+        (lambda d: d["globals"].update(predecode_bytes=0), "globals.predecode_bytes"),
+        (lambda d: d["globals"].update(uop_queue_size="56"), "globals.uop_queue_size"),
+    ],
+)
+def test_bad_model_documents_are_refused(tmp_path, base, edit, message):
+    doc = model(base, ("front_end",)).to_dict()
+    edit(doc)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=message.replace(".", r"\.")):
+        ParamTable.from_json(path)
+
+
+def test_engine_refuses_out_of_range_parameters_and_unsupported_cpus(haswell, base):
+    bad = model(base, ("front_end",), decoders=0)
+    result = haswell.simulate([haswell.parse_asm("nop")], bad)
+    assert "decoders = 0 is outside the valid range" in result.status[0]
+    with pytest.raises(InvalidTable, match="no front-end rules for znver1"):
+        zen = Engine("znver1")
+        table = zen.default_table()
+        table.mechanisms = ("stack_engine",)
+        table.globals["stack_sync_uops"] = 1
+        zen.compile(table)
+    with pytest.raises(ValueError, match="no front-end rules"):
+        Engine("znver1").default_table().with_model(("front_end",))
