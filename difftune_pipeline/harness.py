@@ -20,8 +20,18 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from unicorn import UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_MEM_READ, UC_HOOK_MEM_UNMAPPED, UC_HOOK_MEM_WRITE
-from unicorn import UC_MEM_WRITE, UC_MODE_64, UC_PROT_ALL, Uc, UcError
+from unicorn import (
+    UC_ARCH_X86,
+    UC_HOOK_CODE,
+    UC_HOOK_MEM_READ,
+    UC_HOOK_MEM_UNMAPPED,
+    UC_HOOK_MEM_WRITE,
+    UC_MEM_WRITE,
+    UC_MODE_64,
+    UC_PROT_ALL,
+    Uc,
+    UcError,
+)
 from unicorn import x86_const as X
 
 from difftune_pipeline.engine import Block
