@@ -66,7 +66,10 @@ def _worker_class():
         def simulate(self, mcpu, key, shipped, tables, block_idx, table_idx, iterations, cycle_cap, fast_forward):
             engine = self.engines.get(mcpu) or self.engines.setdefault(mcpu, Engine(mcpu))
             if (mcpu, key) not in self.blocks:
-                self.blocks[mcpu, key] = [engine.rebuild(s) for s in ray.get(shipped[0])]
+                self.blocks[mcpu, key] = [
+                    engine.rebuild(source).with_accesses(accesses, exact) if accesses else engine.rebuild(source)
+                    for source, accesses, exact in ray.get(shipped[0])
+                ]
                 if len(self.blocks) > SHIPPED_LISTS:
                     self.blocks.popitem(last=False)
             self.blocks.move_to_end((mcpu, key))
@@ -153,7 +156,7 @@ class RayEngine(Engine):
         if hit is not None and hit[0] is blocks:
             self._shipped.move_to_end(id(blocks))
             return hit[1], hit[2]
-        sources = [b.source for b in blocks]
+        sources = [(b.source, b.accesses, b.exact_accesses) for b in blocks]  # the memory model's addresses too
         key = hashlib.sha256(json.dumps(sources).encode()).hexdigest()
         ref = ray.put(sources)
         self._shipped[id(blocks)] = (blocks, key, ref)
@@ -165,7 +168,14 @@ class RayEngine(Engine):
         """``table`` as its globals and the rows that differ from LLVM's: compiled the same."""
         if table is None:
             return None
-        return ParamTable(table.mcpu, table.llvm_version, dict(table.globals), table.changed_rows(self._base()))
+        return ParamTable(
+            table.mcpu,
+            table.llvm_version,
+            dict(table.globals),
+            table.changed_rows(self._base()),
+            table.mechanisms,
+            table.harness,
+        )
 
     def simulate_pairs(
         self,

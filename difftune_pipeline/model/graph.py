@@ -6,7 +6,9 @@ Edges come from LLVM's instruction descriptions (``Block.operands``). The
 recurrence is a max-plus longest path over the graph unrolled for ``UNROLL``
 iterations; an edge costs the producer's latency, less the consumer's
 ReadAdvance when it is a register operand (not an address). Store→load edges
-are reported but never timed: llvm-mca assumes no aliasing.
+are timed only under the extended model's memory mechanism (llvm-mca assumes no
+aliasing), from the addresses a harness model recorded, at the producer's
+latency plus the store-to-load forwarding latency.
 """
 
 from __future__ import annotations
@@ -44,6 +46,23 @@ def dependencies(operands: list[dict]) -> list[Edge]:
     return edges
 
 
+def memory_dependencies(accesses: list[tuple], n: int) -> list[Edge]:
+    """Store→load edges from recorded accesses ``(iteration, instruction, address,
+    bytes, store)``: each load of the second iteration depends on the last store
+    before it (this iteration, else the previous one) whose bytes it reads."""
+    stores = {k: [(i, a, w) for it, i, a, w, st in accesses if it == k and st] for k in (0, 1)}
+    edges = set()
+    for it, j, address, width, store in accesses:
+        if it != 1 or store:
+            continue
+        for k, distance in ((1, 0), (0, 1)):
+            hits = [i for i, a, w in stores[k] if (i < j or distance) and a < address + width and address < a + w]
+            if hits:
+                edges.add(Edge(max(hits), j, distance, "memory"))
+                break
+    return sorted(edges, key=lambda e: (e.dst, e.src))
+
+
 def _last(operands: list[dict], j: int, writes) -> tuple[int, int] | None:
     for i in range(j - 1, -1, -1):
         if writes(operands[i]):
@@ -63,6 +82,7 @@ class BatchGraph:
     dst: torch.Tensor  # [E] consumer (b * width + j)
     carried: torch.Tensor  # [E] bool: from the previous iteration
     register: torch.Tensor  # [E] bool: a register operand (ReadAdvance applies), not an address
+    memory: torch.Tensor  # [E] bool: store -> load (forwarding latency applies)
     depth: int  # the longest within-iteration chain of the batch, in edges
     width: int
 
@@ -71,20 +91,22 @@ class BatchGraph:
 class BlockGraphs:
     """The timed dependency graphs of many blocks; ``select`` makes a batch."""
 
-    edges: list[torch.Tensor]  # per block [E, 4]: src, dst, carried, register
+    edges: list[torch.Tensor]  # per block [E, 5]: src, dst, carried, register, memory
     sizes: list[int]  # instructions per block
     depth: torch.Tensor  # per block: its longest within-iteration chain, in edges
 
     @classmethod
-    def build(cls, edges: list[list[Edge]], sizes: list[int]) -> BlockGraphs:
-        """From each block's ``dependencies`` and instruction count."""
+    def build(cls, edges: list[list[Edge]], sizes: list[int], memory: bool = False) -> BlockGraphs:
+        """From each block's ``dependencies`` and instruction count; store→load
+        edges are timed when ``memory``."""
         timed_edges, depth = [], []
         for deps, n in zip(edges, sizes):
-            timed = [e for e in deps if e.kind != "memory"]
+            timed = [e for e in deps if memory or e.kind != "memory"]
             timed_edges.append(
                 torch.tensor(
-                    [[e.src, e.dst, e.distance, e.kind == "register"] for e in timed], dtype=torch.long
-                ).reshape(-1, 4)
+                    [[e.src, e.dst, e.distance, e.kind == "register", e.kind == "memory"] for e in timed],
+                    dtype=torch.long,
+                ).reshape(-1, 5)
             )
             longest = [0] * n
             for e in sorted((e for e in timed if e.distance == 0), key=lambda e: e.dst):
@@ -94,19 +116,24 @@ class BlockGraphs:
 
     def select(self, idx: list[int]) -> BatchGraph:
         width = max(1, max(self.sizes[i] for i in idx))
-        shifted = [self.edges[i] + torch.tensor([b * width, b * width, 0, 0]) for b, i in enumerate(idx)]
-        e = torch.cat(shifted) if shifted else torch.zeros(0, 4, dtype=torch.long)
-        return BatchGraph(e[:, 0], e[:, 1], e[:, 2].bool(), e[:, 3].bool(), int(self.depth[idx].max()), width)
+        shifted = [self.edges[i] + torch.tensor([b * width, b * width, 0, 0, 0]) for b, i in enumerate(idx)]
+        e = torch.cat(shifted) if shifted else torch.zeros(0, 5, dtype=torch.long)
+        return BatchGraph(
+            e[:, 0], e[:, 1], e[:, 2].bool(), e[:, 3].bool(), e[:, 4].bool(), int(self.depth[idx].max()), width
+        )
 
 
 def latency_bounds(
-    latency: torch.Tensor, advance: torch.Tensor, graph: BatchGraph
+    latency: torch.Tensor, advance: torch.Tensor, graph: BatchGraph, forward: torch.Tensor | float = 0.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(critical path of one iteration, loop-carried cycles per iteration) of each
     block with unlimited resources; ``latency`` and ``advance`` are [B, width]
-    (padding zero). Differentiable almost everywhere."""
+    (padding zero), ``forward`` the store-to-load forwarding latency ([B] or a
+    number). Differentiable almost everywhere."""
     flat_lat = latency.reshape(-1)
-    weight = torch.relu(flat_lat[graph.src] - advance.reshape(-1)[graph.dst] * graph.register)  # [E]
+    extra = torch.as_tensor(forward, dtype=flat_lat.dtype).expand(latency.shape[0])
+    extra = extra.repeat_interleave(graph.width)[graph.dst] * graph.memory
+    weight = torch.relu(flat_lat[graph.src] + extra - advance.reshape(-1)[graph.dst] * graph.register)  # [E]
     same, carried = ~graph.carried, graph.carried
 
     def relax(into: torch.Tensor, times: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,8 @@ sampling presets, and extraction of valid integer tables.
 
 A ``ParamSpace`` fixes an ordering: rows (the parameter-row keys of the blocks
 being tuned) × columns (latency, µops, 7 ReadAdvance slots, explicit cycles per
-processor resource), plus the two globals. Sampled tables are regenerated from
+processor resource), plus the globals (the two of llvm-mca's model, then those
+of the extended model's mechanisms). Sampled tables are regenerated from
 ``(preset, seed)`` over a space, as DiffTune did, so millions of samples stay small.
 """
 
@@ -21,6 +22,19 @@ from difftune_pipeline.engine.table import GLOBALS, ParamTable
 
 READ_ADVANCE_SLOTS = 7
 PRESETS = ("difftune", "perturb")
+# The extended model's globals: DiffTune's uniform preset draws from these
+# ranges; the perturbing preset moves each by up to ``step`` (``scale``: times
+# 0.5..1.5 instead).
+EXTRA_SAMPLING: dict[str, dict] = {
+    "predecode_bytes": {"range": (8, 32), "step": 4},
+    "decoders": {"range": (1, 6), "step": 1},
+    "simple_decoder_uops": {"range": (1, 4), "step": 1},
+    "uop_queue_size": {"range": (16, 128), "scale": True},
+    "issue_width": {"range": (2, 8), "step": 1},
+    "store_forward_latency": {"range": (0, 8), "step": 2},
+    "alias_4k_penalty": {"range": (0, 12), "step": 3},
+    "stack_sync_uops": {"range": (0, 3), "step": 1},
+}
 NestPorts = Callable[[list[tuple[str, int]], list[str]], list[tuple[str, int]]]
 
 
@@ -30,15 +44,17 @@ class ParamSpace:
     resources: tuple[str, ...]  # every processor resource of the model
     units: tuple[str, ...]  # the single ports (resources that are not groups)
     nest_ports: NestPorts = field(compare=False, repr=False)  # the engine's port-nesting rule
+    globals: tuple[str, ...] = GLOBALS  # the table's globals, in ParamTable.global_names() order
 
     @classmethod
-    def create(cls, keys, engine: Engine) -> ParamSpace:
+    def create(cls, keys, engine: Engine, globals_: tuple[str, ...] = GLOBALS) -> ParamSpace:
         resources = engine.resources()
         return cls(
             tuple(sorted(set(keys))),
             tuple(r["name"] for r in resources),
             tuple(r["name"] for r in resources if not r["is_group"]),
             engine.nested_ports,
+            tuple(globals_),
         )
 
     @property
@@ -54,7 +70,8 @@ class ParamSpace:
         return 2 + READ_ADVANCE_SLOTS + len(self.resources)
 
     def fingerprint(self) -> str:
-        text = json.dumps([self.keys, self.resources])
+        extra = [self.globals] if self.globals != GLOBALS else []  # llvm-mca's spaces keep their ids
+        text = json.dumps([self.keys, self.resources, *extra])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     # ---- table <-> matrix -------------------------------------------------
@@ -73,7 +90,7 @@ class ParamSpace:
                     m[i, 2 + use] = cycles
             for res, cycles in row["ports"].items():
                 m[i, port_col[res]] = cycles
-        g = np.array([table.globals[k] for k in GLOBALS], dtype=np.float32)
+        g = np.array([table.globals[k] for k in self.globals], dtype=np.float32)
         return m, g
 
     def decode(self, matrix: np.ndarray, globals_: np.ndarray, start: ParamTable) -> ParamTable:
@@ -88,10 +105,9 @@ class ParamSpace:
         g = np.rint(np.abs(np.asarray(globals_, dtype=np.float64))).astype(np.int64)
         latency_max, port_max = LIMITS["latency"][1], LIMITS["port_cycles"][1]
         out = start.copy()
-        out.globals = {
-            "dispatch_width": int(np.clip(g[0], *LIMITS["dispatch_width"])),
-            "micro_op_buffer_size": int(np.clip(g[1], *LIMITS["micro_op_buffer_size"])),
-        }
+        if tuple(start.global_names()) != self.globals:
+            raise ValueError(f"the space's globals {self.globals} are not the table's ({start.model})")
+        out.globals = {name: int(np.clip(v, *LIMITS[name])) for name, v in zip(self.globals, g)}
         for i, key in enumerate(self.keys):
             base = start.rows.get(key)
             if base is None:
@@ -133,8 +149,9 @@ class ParamSpace:
             for i in range(n):
                 chosen = rng.choice(units, size=rng.integers(0, 3), replace=False)
                 m[i, [2 + READ_ADVANCE_SLOTS + c for c in chosen]] = rng.integers(0, 3, len(chosen))
-            g = np.array([rng.integers(1, 11), rng.integers(50, 251)], dtype=np.float32)
-            return m, g
+            g = [rng.integers(1, 11), rng.integers(50, 251)]
+            g += [rng.integers(lo, hi + 1) for lo, hi in (EXTRA_SAMPLING[x]["range"] for x in self.globals[2:])]
+            return m, np.array(g, dtype=np.float32)
         # Around the defaults: each value moves by ±1..2 with probability 0.3
         # (ports only where the default has cycles), and a row gains a random
         # single port with probability 0.1.
@@ -147,10 +164,12 @@ class ParamSpace:
         cols = 2 + READ_ADVANCE_SLOTS + rng.choice(units, size=n)
         m[extra, cols[extra]] += 1
         m[:, 1] = np.where(m[:, 2 + READ_ADVANCE_SLOTS :].sum(1) > 0, np.maximum(m[:, 1], 1), m[:, 1])
-        g = np.array(
-            [max(1, g[0] + rng.integers(-2, 3)), max(2, round(g[1] * rng.uniform(0.5, 1.5)))], dtype=np.float32
-        )
-        return m, g
+        out = [max(1, g[0] + rng.integers(-2, 3)), max(2, round(g[1] * rng.uniform(0.5, 1.5)))]
+        for name, value in zip(self.globals[2:], g[2:]):
+            how = EXTRA_SAMPLING[name]
+            moved = value * rng.uniform(0.5, 1.5) if how.get("scale") else value + rng.integers(-how["step"], how["step"] + 1)
+            out.append(int(np.clip(round(moved), *LIMITS[name])))
+        return m, np.array(out, dtype=np.float32)
 
     def sampled_table(self, preset: str, seed: int, default: ParamTable) -> ParamTable:
         m, g = self.sample(preset, seed, default)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import polars as pl
 
 from difftune_pipeline.engine import DEFAULT_ITERATIONS, DEFAULT_SHOWN, Engine, ParamTable, Trace
-from difftune_pipeline.engine.table import GLOBAL_ROW, GLOBALS, diff
+from difftune_pipeline.engine.table import GLOBAL_ROW, diff
 from difftune_pipeline.engine.trace import TimelineEntry, last_cycle
 from difftune_pipeline.model.features import block_features
 
@@ -125,24 +125,26 @@ def view(engine: Engine, block, table: ParamTable, label: str, iterations: int, 
 def _complete(table: ParamTable, base: ParamTable) -> ParamTable:
     """``table`` with the rows it leaves to LLVM spelled out from ``base`` (the CPU's
     table with the block's variant resolutions): what the engine simulates."""
-    return ParamTable(table.mcpu, table.llvm_version, dict(table.globals), {**base.rows, **table.rows})
+    return ParamTable(
+        table.mcpu, table.llvm_version, dict(table.globals), {**base.rows, **table.rows}, table.mechanisms, table.harness
+    )
 
 
 def _with(table: ParamTable, other: ParamTable, key: str) -> ParamTable:
     """``table`` with one row (or global) taken from ``other`` (rows are shared, not copied)."""
     globals_, rows = dict(table.globals), dict(table.rows)
-    if key in GLOBALS:
+    if key in table.global_names():
         globals_[key] = other.globals[key]
     else:
         rows[key] = other.rows[key]
-    return ParamTable(table.mcpu, table.llvm_version, globals_, rows)
+    return ParamTable(table.mcpu, table.llvm_version, globals_, rows, table.mechanisms, table.harness)
 
 
 def changes(engine: Engine, block, table: ParamTable, against: ParamTable, cycles: int, iterations: int) -> list[dict]:
     """The rows of the block's opcodes (and the globals) where ``table`` differs from
     ``against`` (both complete: see ``_complete``), each with the total cycles once
     that change alone is undone."""
-    keys = [g for g in GLOBALS if table.globals[g] != against.globals[g]]
+    keys = [g for g in table.global_names() if g in against.globals and table.globals[g] != against.globals[g]]
     keys += sorted({k for k in block.row_keys if table.rows.get(k) != against.rows.get(k)})
     if not keys:
         return []
@@ -151,8 +153,8 @@ def changes(engine: Engine, block, table: ParamTable, against: ParamTable, cycle
     values = diff(against, table)
     out = []
     for k, c, st in zip(keys, result.cycles.tolist(), result.status):
-        rows = values.filter(values["opcode"] == (GLOBAL_ROW if k in GLOBALS else k))
-        if k in GLOBALS:
+        rows = values.filter(values["opcode"] == (GLOBAL_ROW if k in table.globals else k))
+        if k in table.globals:
             rows = rows.filter(rows["param"] == k)
         out.append(
             {

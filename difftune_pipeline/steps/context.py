@@ -74,7 +74,7 @@ class StepContext:
                 raise ValueError(f"no measured {self.uarch} blocks in the train split: ingest measurements first")
             default = self.engine.default_table(list(train.values()))
             keys = {k for b in train.values() for k in b.row_keys if k in default.rows}
-            self._views["space"] = ParamSpace.create(keys, self.engine), default
+            self._views["space"] = ParamSpace.create(keys, self.engine, default.global_names()), default
         space, default = self._views["space"]
         return space, default, self.blocks("train")[1]
 

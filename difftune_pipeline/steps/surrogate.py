@@ -45,7 +45,11 @@ def train_surrogate(ctx: StepContext, log=print) -> dict:
     if len(pairs.cycles) == 0:
         raise ValueError("no simulations to train on: materialise the simulations first")
     surrogate = kind.create(
-        list(space.keys), settings.surrogate_config, list(train_blocks.values()), ctx.engine.resources()
+        list(space.keys),
+        settings.surrogate_config,
+        list(train_blocks.values()),
+        ctx.engine.resources(),
+        space.globals,
     )
     report = surrogate.fit([train_blocks[b] for b in pairs.block_ids], pairs, log=log)
     path = ctx.models_dir / f"{run_id}.pt"

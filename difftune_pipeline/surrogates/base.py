@@ -19,10 +19,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from difftune_pipeline.engine.table import GLOBALS
 from difftune_pipeline.model.metrics import kendall_tau
 from difftune_pipeline.model.sampling import Pairs
 
-# predict(table matrix [rows, P], globals [2], block indices) -> cycles of those blocks under the table
+# predict(table matrix [rows, P], globals [G], block indices) -> cycles of those blocks under the table
 Predict = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 # epoch(rng) -> the batches of pair indices of one epoch
 Epoch = Callable[[np.random.Generator], Iterator[torch.Tensor]]
@@ -93,9 +94,10 @@ class Surrogate:
     clip: float | None = None  # gradient-norm clipping
     eval_batch: int = 4096  # pairs per forward pass when measuring fidelity
 
-    def __init__(self, row_keys: list[str], config, model: nn.Module | None = None):
+    def __init__(self, row_keys: list[str], config, model: nn.Module | None = None, globals_=GLOBALS):
         self.row_keys, self.config, self.model = list(row_keys), config, model
         self.row_index = {k: i for i, k in enumerate(self.row_keys)}
+        self.globals = tuple(globals_)  # the table's globals it reads, in ParamSpace order
 
     # ---- model --------------------------------------------------------------
     def inputs(self, blocks: list):
@@ -200,6 +202,7 @@ class Surrogate:
             {
                 "state": self.model.state_dict(),
                 "rows": self.row_keys,
+                "globals": list(self.globals),
                 "config": asdict(self.config),
                 **self.checkpoint(),
             },

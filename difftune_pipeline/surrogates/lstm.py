@@ -3,7 +3,7 @@
 A token LSTM reads each instruction (opcode, source operands, ``<MEM>`` operands
 and their registers, destination); an instruction LSTM reads the block, each
 instruction's embedding concatenated with its parameter vector; the final state
-with the two globals gives the predicted cycles. Trained with MAPE against the
+with the table's globals gives the predicted cycles. Trained with MAPE against the
 engine's cycles on (block, sampled table) pairs.
 
 Sized for 2 CPU cores: embeddings of 32 and hidden states of 64, and batches
@@ -21,11 +21,24 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from difftune_pipeline.engine.table import GLOBALS
 from difftune_pipeline.surrogates.base import FitConfig, Pairs, Surrogate
 
 PAD, UNK = "<PAD>", "<UNK>"
 PARAM_SCALE = 10.0  # parameter values are fed divided by this
-GLOBAL_SCALE = torch.tensor([10.0, 200.0])  # dispatch width, reorder buffer
+# Globals are fed divided by these (llvm-mca's two, then the extended model's).
+GLOBAL_SCALES = {
+    "dispatch_width": 10.0,
+    "micro_op_buffer_size": 200.0,
+    "predecode_bytes": 16.0,
+    "decoders": 4.0,
+    "simple_decoder_uops": 1.0,
+    "uop_queue_size": 64.0,
+    "issue_width": 4.0,
+    "store_forward_latency": 4.0,
+    "alias_4k_penalty": 5.0,
+    "stack_sync_uops": 1.0,
+}
 MAX_TOKENS = 12
 
 
@@ -77,12 +90,12 @@ class LSTMConfig(FitConfig):
 
 
 class HierarchicalLSTM(nn.Module):
-    def __init__(self, vocab_size: int, n_params: int, embed: int, hidden: int, scale: float):
+    def __init__(self, vocab_size: int, n_params: int, embed: int, hidden: int, scale: float, n_globals: int = 2):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embed, padding_idx=0)
         self.token_lstm = nn.LSTM(embed, hidden, batch_first=True)
         self.inst_lstm = nn.LSTM(hidden + n_params, hidden, batch_first=True)
-        self.head = nn.Sequential(nn.Linear(hidden + 2, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        self.head = nn.Sequential(nn.Linear(hidden + n_globals, hidden), nn.ReLU(), nn.Linear(hidden, 1))
         self.log_scale = float(np.log(scale))
 
     def embed_instructions(self, tok: torch.Tensor, tok_len: torch.Tensor) -> torch.Tensor:
@@ -98,7 +111,7 @@ class HierarchicalLSTM(nn.Module):
     def forward(
         self, inst: torch.Tensor, params: torch.Tensor, n_insts: torch.Tensor, globals_: torch.Tensor
     ) -> torch.Tensor:
-        """inst [B, I, H], params [B, I, P] (scaled), n_insts [B], globals [B, 2] (scaled) -> cycles [B]."""
+        """inst [B, I, H], params [B, I, P] (scaled), n_insts [B], globals [B, G] (scaled) -> cycles [B]."""
         packed = pack_padded_sequence(
             torch.cat([inst, params], dim=-1), n_insts.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
         )
@@ -156,9 +169,10 @@ class LSTMSurrogate(Surrogate):
     kind = "ithemal"
     settings_field = "lstm"
 
-    def __init__(self, row_keys: list[str], config: LSTMConfig, vocab: Vocabulary, model=None):
-        super().__init__(row_keys, config, model)
+    def __init__(self, row_keys: list[str], config: LSTMConfig, vocab: Vocabulary, model=None, globals_=GLOBALS):
+        super().__init__(row_keys, config, model, globals_)
         self.vocab = vocab
+        self.global_scale = torch.tensor([GLOBAL_SCALES[g] for g in self.globals])
 
     @property
     def max_epochs(self) -> int:
@@ -169,8 +183,10 @@ class LSTMSurrogate(Surrogate):
         return self.config.clip
 
     @classmethod
-    def create(cls, row_keys: list[str], config: LSTMConfig, blocks: list, resources: list[dict]) -> LSTMSurrogate:
-        return cls(row_keys, config, vocabulary(blocks))
+    def create(
+        cls, row_keys: list[str], config: LSTMConfig, blocks: list, resources: list[dict], globals_=GLOBALS
+    ) -> LSTMSurrogate:
+        return cls(row_keys, config, vocabulary(blocks), globals_=globals_)
 
     def inputs(self, blocks: list) -> BlockTensors:
         return BlockTensors.build(blocks, self.vocab, self.row_index)
@@ -182,6 +198,7 @@ class LSTMSurrogate(Surrogate):
             self.config.embed,
             self.config.hidden,
             float(pairs.cycles[train].float().median()),
+            len(self.globals),
         )
 
     def batches(self, inputs: BlockTensors, pairs: Pairs, train: torch.Tensor):
@@ -209,7 +226,7 @@ class LSTMSurrogate(Surrogate):
         rows = sel.rows[inverse]
         tables = pairs.table_idx[samples]
         params = pairs.tables[tables.unsqueeze(1), rows] / PARAM_SCALE
-        g = pairs.globals_[tables] / GLOBAL_SCALE
+        g = pairs.globals_[tables] / self.global_scale
         return self.model(inst, params.to(device), sel.n_insts[inverse], g.to(device))
 
     def predict_fn(self, inputs: BlockTensors):
@@ -218,7 +235,8 @@ class LSTMSurrogate(Surrogate):
 
         def predict(matrix: torch.Tensor, globals_: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
             params = param_inputs(matrix, inputs.rows[idx])
-            return self.model(inst[idx], params, inputs.n_insts[idx], (globals_ / GLOBAL_SCALE).expand(len(idx), 2))
+            g = (globals_ / self.global_scale).expand(len(idx), -1)
+            return self.model(inst[idx], params, inputs.n_insts[idx], g)
 
         return predict
 
@@ -233,6 +251,7 @@ class LSTMSurrogate(Surrogate):
     def from_checkpoint(cls, data: dict) -> LSTMSurrogate:
         config = LSTMConfig(**data["config"])
         vocab = Vocabulary(data["vocab"])
-        model = HierarchicalLSTM(len(vocab.words), data["n_params"], config.embed, config.hidden, 1.0)
+        globals_ = tuple(data.get("globals", GLOBALS))
+        model = HierarchicalLSTM(len(vocab.words), data["n_params"], config.embed, config.hidden, 1.0, len(globals_))
         model.log_scale = data["log_scale"]
-        return cls(data["rows"], config, vocab, model)
+        return cls(data["rows"], config, vocab, model, globals_)

@@ -7,7 +7,12 @@ Per iteration a block needs at least
 - dispatch: its µops over the dispatch width;
 - its loop-carried recurrence: the register dependency graph unrolled over a
   few iterations with latencies, less ReadAdvance on register operands, a
-  max-plus recurrence (differentiable almost everywhere).
+  max-plus recurrence (differentiable almost everywhere); under the extended
+  model's memory mechanism, store→load edges (from the block's recorded
+  accesses) cost the store's latency plus the forwarding latency;
+- under the extended model's front end: its bytes over the predecode width,
+  its decoded instructions (a macro-fused pair counts once) over the decoders,
+  its fused µops (µops less what micro-fusion saves) over the issue width.
 The prediction for 100 iterations is ``100 · max(bounds) + critical path``,
 times ``exp(g)`` where ``g`` is a small MLP over the bounds and the block's
 hardware features (counts of instructions, µops, loads, stores, registers,
@@ -25,7 +30,8 @@ import torch
 from torch import nn
 
 from difftune_pipeline.model.features import containment
-from difftune_pipeline.model.graph import BatchGraph, BlockGraphs, dependencies, latency_bounds
+from difftune_pipeline.engine.table import GLOBALS
+from difftune_pipeline.model.graph import BatchGraph, BlockGraphs, dependencies, latency_bounds, memory_dependencies
 from difftune_pipeline.model.params import READ_ADVANCE_SLOTS
 from difftune_pipeline.surrogates.base import FitConfig, Pairs, Surrogate, moved
 
@@ -44,11 +50,16 @@ class StructuredConfig(FitConfig):
 @dataclass
 class Batch:
     """A batch of blocks padded to its longest: each instruction's row (-1: none,
-    the zero row), the dependency graph and the static features."""
+    the zero row), the dependency graph, the static features and what the front
+    end reads (µops micro-fusion saves and macro-fused jccs per instruction;
+    bytes and decoded instructions per block)."""
 
     rows: torch.Tensor  # [B, N]
     graph: BatchGraph
     static: torch.Tensor  # [B, len(STATIC)]
+    micro: torch.Tensor  # [B, N]
+    macro: torch.Tensor  # [B, N] 1.0 where a jcc is fused into the instruction before it
+    front: torch.Tensor  # [B, 2] bytes, decoded instructions
 
 
 @dataclass
@@ -59,14 +70,25 @@ class StructuredBlocks:
     graphs: BlockGraphs
     static: torch.Tensor
     n_insts: torch.Tensor
+    micro: list[torch.Tensor]
+    macro: list[torch.Tensor]
+    front: torch.Tensor
 
     @classmethod
-    def build(cls, blocks: list, row_index: dict[str, int]) -> StructuredBlocks:
-        rows, edges, static = [], [], []
+    def build(cls, blocks: list, row_index: dict[str, int], memory: bool = False) -> StructuredBlocks:
+        """``memory``: store→load edges come from each block's recorded accesses, timed."""
+        rows, edges, static, micro, macro, front = [], [], [], [], [], []
         for block in blocks:
             ops = block.operands
             rows.append(torch.tensor([row_index.get(k, len(row_index)) for k in block.row_keys], dtype=torch.long))
-            edges.append(dependencies(ops))
+            deps = dependencies(ops)
+            if memory and block.accesses:
+                deps = [e for e in deps if e.kind != "memory"] + memory_dependencies(block.accesses, len(ops))
+            edges.append(deps)
+            fe = block.front_end or [(1, 0, False)] * len(ops)
+            micro.append(torch.tensor([m for _, m, _ in fe], dtype=torch.float32))
+            macro.append(torch.tensor([float(f) for _, _, f in fe], dtype=torch.float32))
+            front.append([sum(b for b, _, _ in fe), len(fe) - sum(f for _, _, f in fe)])
             static.append(
                 [
                     len(ops),
@@ -79,45 +101,76 @@ class StructuredBlocks:
             )
         return cls(
             rows,
-            BlockGraphs.build(edges, [len(r) for r in rows]),
+            BlockGraphs.build(edges, [len(r) for r in rows], memory),
             torch.tensor(static, dtype=torch.float32),
             torch.tensor([len(r) for r in rows], dtype=torch.long),
+            micro,
+            macro,
+            torch.tensor(front, dtype=torch.float32).reshape(-1, 2),
         )
 
     def select(self, idx: torch.Tensor) -> Batch:
         idx = idx.tolist()
         graph = self.graphs.select(idx)
         rows = torch.full((len(idx), graph.width), -1, dtype=torch.long)
+        micro, macro = torch.zeros(len(idx), graph.width), torch.zeros(len(idx), graph.width)
         for b, i in enumerate(idx):
             rows[b, : len(self.rows[i])] = self.rows[i]
-        return Batch(rows, graph, self.static[idx])
+            micro[b, : len(self.micro[i])] = self.micro[i]
+            macro[b, : len(self.macro[i])] = self.macro[i]
+        return Batch(rows, graph, self.static[idx], micro, macro, self.front[idx])
 
 
-def bounds(params: torch.Tensor, globals_: torch.Tensor, batch: Batch, contain: torch.Tensor) -> torch.Tensor:
-    """[B, 4]: port pressure, dispatch, loop-carried recurrence (cycles per
-    iteration) and the critical path of one iteration. ``params`` [B, N, P] are
-    raw parameter values per instruction (columns of ``ParamSpace``)."""
+def bounds(
+    params: torch.Tensor, globals_: torch.Tensor, batch: Batch, contain: torch.Tensor, names=GLOBALS
+) -> torch.Tensor:
+    """[B, 4 or 5]: port pressure, dispatch, loop-carried recurrence (cycles per
+    iteration), the front end (with its mechanism: per iteration) and, last, the
+    critical path of one iteration. ``params`` [B, N, P] are raw parameter values
+    per instruction (columns of ``ParamSpace``); ``globals_`` [B, G] in ``names`` order."""
     lat, uops = params[..., 0], params[..., 1]
     adv = params[..., 2 : 2 + READ_ADVANCE_SLOTS].amax(-1)
     ports = params[..., 2 + READ_ADVANCE_SLOTS :]
     pressure = (ports.sum(1) @ contain).amax(-1)
     dispatch = uops.sum(1) / globals_[:, 0].clamp(min=1.0)
-    chain, recurrence = latency_bounds(lat, adv, batch.graph)
-    return torch.stack([pressure, dispatch, recurrence, chain], 1)
+
+    def g(name: str) -> torch.Tensor:
+        return globals_[:, names.index(name)].clamp(min=1.0)
+
+    forward = globals_[:, names.index("store_forward_latency")] if "store_forward_latency" in names else 0.0
+    chain, recurrence = latency_bounds(lat, adv, batch.graph, forward)
+    per_iteration = [pressure, dispatch, recurrence]
+    if "issue_width" in names:
+        fused = torch.maximum(uops - batch.micro, uops.clamp(max=1.0)) * (1.0 - batch.macro)
+        per_iteration.append(
+            torch.stack(
+                [
+                    batch.front[:, 0] / g("predecode_bytes"),
+                    batch.front[:, 1] / g("decoders"),
+                    fused.sum(1) / g("issue_width"),
+                ],
+                1,
+            ).amax(1)
+        )
+    return torch.stack([*per_iteration, chain], 1)
 
 
 class StructuredModel(nn.Module):
-    def __init__(self, n_resources: int, hidden: int, contain: np.ndarray):
+    def __init__(self, n_resources: int, hidden: int, contain: np.ndarray, names=GLOBALS):
         super().__init__()
         self.register_buffer("contain", torch.tensor(contain, dtype=torch.float32))
-        self.correction = nn.Sequential(nn.Linear(4 + len(STATIC) + 2, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+        self.names = tuple(names)
+        n_bounds = 4 + ("issue_width" in self.names)
+        self.correction = nn.Sequential(
+            nn.Linear(n_bounds + len(STATIC) + len(self.names), hidden), nn.Tanh(), nn.Linear(hidden, 1)
+        )
         nn.init.zeros_(self.correction[2].weight)
         nn.init.zeros_(self.correction[2].bias)
         self.n_resources = n_resources
 
     def forward(self, params: torch.Tensor, globals_: torch.Tensor, batch: Batch) -> torch.Tensor:
-        b = bounds(params, globals_, batch, self.contain)
-        base = 100.0 * b[:, :3].amax(1) + b[:, 3]
+        b = bounds(params, globals_, batch, self.contain, self.names)
+        base = 100.0 * b[:, :-1].amax(1) + b[:, -1]
         x = torch.cat(
             [torch.log1p(torch.relu(b)), torch.log1p(batch.static), torch.log(globals_.clamp(min=1.0)) / 5.0], 1
         )
@@ -130,8 +183,10 @@ class StructuredSurrogate(Surrogate):
     kind = "structured"
     settings_field = "structured"
 
-    def __init__(self, row_keys: list[str], config: StructuredConfig, contain: np.ndarray, model=None):
-        super().__init__(row_keys, config, model)
+    def __init__(
+        self, row_keys: list[str], config: StructuredConfig, contain: np.ndarray, model=None, globals_=GLOBALS
+    ):
+        super().__init__(row_keys, config, model, globals_)
         self.contain = contain
 
     @property
@@ -148,15 +203,15 @@ class StructuredSurrogate(Surrogate):
 
     @classmethod
     def create(
-        cls, row_keys: list[str], config: StructuredConfig, blocks: list, resources: list[dict]
+        cls, row_keys: list[str], config: StructuredConfig, blocks: list, resources: list[dict], globals_=GLOBALS
     ) -> StructuredSurrogate:
-        return cls(row_keys, config, containment(resources))
+        return cls(row_keys, config, containment(resources), globals_=globals_)
 
     def inputs(self, blocks: list) -> StructuredBlocks:
-        return StructuredBlocks.build(blocks, self.row_index)
+        return StructuredBlocks.build(blocks, self.row_index, memory="store_forward_latency" in self.globals)
 
     def build_model(self, pairs: Pairs, train: torch.Tensor) -> StructuredModel:
-        return StructuredModel(len(self.contain), self.config.hidden, self.contain)
+        return StructuredModel(len(self.contain), self.config.hidden, self.contain, self.globals)
 
     def batches(self, inputs: StructuredBlocks, pairs: Pairs, train: torch.Tensor):
         """Batches of similar block length (the unrolled recurrence stays short), in random order."""
@@ -176,7 +231,7 @@ class StructuredSurrogate(Surrogate):
         def predict(matrix: torch.Tensor, globals_: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
             batch = inputs.select(idx)
             padded = torch.cat([matrix, torch.zeros(1, matrix.shape[1], dtype=matrix.dtype)], 0)
-            return self.model(padded[batch.rows], globals_.expand(len(idx), 2), batch)
+            return self.model(padded[batch.rows], globals_.expand(len(idx), -1), batch)
 
         return predict
 
@@ -186,6 +241,6 @@ class StructuredSurrogate(Surrogate):
     @classmethod
     def from_checkpoint(cls, data: dict) -> StructuredSurrogate:
         config = StructuredConfig(**data["config"])
-        return cls(
-            data["rows"], config, data["contain"], StructuredModel(data["n_resources"], config.hidden, data["contain"])
-        )
+        globals_ = tuple(data.get("globals", GLOBALS))
+        model = StructuredModel(data["n_resources"], config.hidden, data["contain"], globals_)
+        return cls(data["rows"], config, data["contain"], model, globals_)

@@ -21,7 +21,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from difftune_pipeline.engine import Engine, ParamTable
+from difftune_pipeline.engine import LIMITS, Engine, ParamTable
 from difftune_pipeline.engine.table import canonical_row
 from difftune_pipeline.tuners.base import Problem
 from difftune_pipeline.tuners.gradient import gradient
@@ -115,12 +115,14 @@ class Search:
     def table(self, extra: dict | None = None, globals_: dict | None = None) -> ParamTable:
         """The current table, sparse: only changed rows (absent rows keep LLVM's values)."""
         rows = {**self.changes, **(extra or {})}
-        return ParamTable(self.default.mcpu, self.default.llvm_version, dict(globals_ or self.globals), rows)
+        return self._with(dict(globals_ or self.globals), rows)
 
     def full_table(self) -> ParamTable:
-        return ParamTable(
-            self.default.mcpu, self.default.llvm_version, dict(self.globals), {**self.default.rows, **self.changes}
-        )
+        return self._with(dict(self.globals), {**self.default.rows, **self.changes})
+
+    def _with(self, globals_: dict, rows: dict) -> ParamTable:
+        d = self.default
+        return ParamTable(d.mcpu, d.llvm_version, globals_, rows, d.mechanisms, d.harness)
 
     @property
     def error(self) -> np.ndarray:
@@ -183,13 +185,15 @@ class Search:
         return accepted
 
     def improve_globals(self) -> list[str]:
-        """Dispatch width and reorder buffer, each judged on every train block."""
+        """Each global one step up or down (the reorder buffer and µop queue by 16
+        and 8), each judged on every train block."""
         everything = np.arange(len(self.blocks))
-        options = [("dispatch_width", d) for d in (-1, 1)] + [("micro_op_buffer_size", d) for d in (-16, 16)]
+        step = {"micro_op_buffer_size": 16, "uop_queue_size": 8}
+        options = [(g, d * step.get(g, 1)) for g in self.globals for d in (-1, 1)]
         candidates = [
             (f"{g}{d:+d}", {**self.globals, g: self.globals[g] + d})
             for g, d in options
-            if self.globals[g] + d >= (1 if g == "dispatch_width" else 2)
+            if LIMITS[g][0] <= self.globals[g] + d <= LIMITS[g][1]
         ]
         if self.spent + len(everything) * len(candidates) > self.config.budget:
             return []

@@ -116,6 +116,7 @@ NB_MODULE(_engine, m) {
           },
           "accesses"_a, "exact"_a)
       .def_prop_ro("exact_accesses", &dt::Block::exact_accesses)
+      .def_prop_ro("front_end", &dt::Block::front_end)
       .def_prop_ro("accesses",
                    [](const dt::Block &B) {
                      std::vector<std::tuple<int, int, uint64_t, int, bool>> Out;

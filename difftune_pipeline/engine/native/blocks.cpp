@@ -1,6 +1,7 @@
 // Blocks: machine code decoded (or assembly parsed) into MCInsts, with each
 // instruction's printed text, parameter-row key and operands.
 #include "engine_impl.h"
+#include "front_end.h"
 
 #include "llvm/MC/MCCodeEmitter.h"
 #include "llvm/MC/MCFixup.h"
@@ -240,6 +241,14 @@ Block Block::with_accesses(const std::vector<Access> &accesses, bool exact) cons
   for (const Access &A : M->All) M->ByInstr[A.instr][A.iteration].push_back(A);
   B->Memory = M;
   return Block{B};
+}
+
+std::vector<std::tuple<int, int, bool>> Block::front_end() const {
+  std::vector<std::tuple<int, int, bool>> Out;
+  if (!ok()) return Out;
+  for (const StaticFrontEnd &F : staticFrontEnd(*impl->Engine, *impl))
+    Out.emplace_back(F.bytes, F.micro_fused, F.macro_fused);
+  return Out;
 }
 
 bool Block::exact_accesses() const { return impl->Memory && impl->Memory->Exact; }

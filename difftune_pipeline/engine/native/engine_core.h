@@ -10,6 +10,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -102,6 +103,8 @@ struct Block {
   Block with_accesses(const std::vector<Access> &accesses, bool exact) const;
   bool exact_accesses() const;
   std::vector<Access> accesses() const;
+  // Per instruction: (bytes, µops micro-fusion saves, macro-fused into the one before).
+  std::vector<std::tuple<int, int, bool>> front_end() const;
 };
 
 struct SimResult {

@@ -97,6 +97,17 @@ std::vector<FrontEndInstr> frontEndFacts(const EngineImpl &E, const BlockImpl &B
   return Out;
 }
 
+std::vector<StaticFrontEnd> staticFrontEnd(const EngineImpl &E, const BlockImpl &B) {
+  std::vector<StaticFrontEnd> Out(B.Insts.size());
+  for (size_t I = 0; I < Out.size(); ++I) {
+    Out[I].bytes = (int)std::max<size_t>(1, B.Encoding[I].size() / 2);
+    Out[I].micro_fused = 4 - (int)fusedUops(E, B.Insts[I], 4);
+  }
+  for (size_t I = 0; I + 1 < Out.size(); ++I)
+    if (fusesWith(E, B.Insts[I], B.Insts[I + 1])) Out[++I].macro_fused = true;
+  return Out;
+}
+
 // Bytes flow at PredecodeBytes per cycle; an instruction is predecoded once its
 // last byte is, and waits in a queue of kInstrQueue instructions.
 void FrontEndStage::predecode() {

@@ -33,6 +33,15 @@ std::vector<FrontEndInstr> frontEndFacts(const EngineImpl &E, const BlockImpl &B
                                          const llvm::SmallVectorImpl<std::unique_ptr<llvm::mca::Instruction>> &Lowered,
                                          bool Fusion);
 
+// What the front end reads of B whatever the table: each instruction's length,
+// the µops micro-fusion saves it (of an instruction with enough µops), and
+// whether it is a jcc macro-fused into the instruction before it.
+struct StaticFrontEnd {
+  int bytes = 0, micro_fused = 0;
+  bool macro_fused = false;
+};
+std::vector<StaticFrontEnd> staticFrontEnd(const EngineImpl &E, const BlockImpl &B);
+
 class FrontEndStage final : public llvm::mca::Stage {
   static constexpr unsigned kInstrQueue = 20;  // predecoded instructions awaiting decode (Haswell: 20)
   static constexpr unsigned kMsromUops = 4;    // more fused µops than this come from the microcode ROM
