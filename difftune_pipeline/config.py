@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from difftune_pipeline.engine import extended
 from difftune_pipeline.model.params import PRESETS
 from difftune_pipeline.surrogates import surrogate_type
 from difftune_pipeline.surrogates.lstm import LSTMConfig
@@ -37,6 +38,12 @@ class Settings:
     tune: TuneConfig = field(default_factory=TuneConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     max_surrogate_heldout_mape: float = 0.25  # the surrogate's fidelity check fails above this
+    # The simulator: llvm-mca's model, the extended one (engine/extended.py), some of
+    # its mechanisms (llvm-mca+front_end+…), or auto: the one whose default table
+    # scores better on val. The harness model the measurements were taken under
+    # gives the memory mechanism its addresses (BHive's files: bhive).
+    model: str = "auto"
+    harness: str = "bhive"
 
     @property
     def surrogate_config(self):
@@ -117,6 +124,8 @@ def settings_for(profile: str, overrides: dict[str, Any] | None = None) -> Setti
     settings = override(override(Settings(), PROFILES[profile]), overrides or {})
     surrogate_type(settings.surrogate_model)  # refuses an unknown name, listing the known ones
     compose(settings.tuner, settings.tune, settings.search)
+    extended.parse(settings.model)  # refuses an unknown model or mechanism
+    extended.check((), settings.harness)
     unknown = [p for p in settings.presets if p not in PRESETS]
     if unknown:
         raise ValueError(f"unknown sampling presets {unknown}: one of {PRESETS}")

@@ -29,6 +29,17 @@ Iterations = Annotated[int, typer.Option(min=1, max=2**31 - 1, help="iterations 
 Threads = Annotated[int | None, typer.Option(min=1, max=1024, help="simulation threads (default: all cores)")]
 
 
+Model = Annotated[
+    str | None,
+    typer.Option(
+        help="simulator: llvm-mca, extended, or llvm-mca+front_end+memory+stack_engine (default: the table's)"
+    ),
+]
+Harness = Annotated[
+    str | None, typer.Option("--harness", help="where memory addresses come from: bhive or none (default: the table's)")
+]
+
+
 def _read_inputs(csv: Path | None, hex_: list[str] | None, asm: Path | None):
     """(label, hex or None, asm text or None, measured or None, problem or None) per input."""
     items = []
@@ -58,16 +69,37 @@ def _read_inputs(csv: Path | None, hex_: list[str] | None, asm: Path | None):
     return items
 
 
-def run_table(mcpu: str, params: Path | None, items, iterations: int, threads: int | None) -> dict:
-    """Simulate inputs under a table: the shared core of ``simulate`` and ``evaluate``."""
-    from difftune_pipeline.engine import Engine, ParamTable
+def run_table(
+    mcpu: str,
+    params: Path | None,
+    items,
+    iterations: int,
+    threads: int | None,
+    model: str | None = None,
+    harness_name: str | None = None,
+) -> dict:
+    """Simulate inputs under a table, with the model and harness it records unless
+    ``model``/``harness_name`` say otherwise: the shared core of ``simulate`` and ``evaluate``."""
+    from difftune_pipeline import harness
+    from difftune_pipeline.engine import Engine, ParamTable, extended
     from difftune_pipeline.model.metrics import kendall_tau, mape
 
     engine = Engine(mcpu)
     table = ParamTable.from_json(params) if params else None
+    blocks = [engine.parse_asm(a) if a is not None else engine.disassemble(h) for _, h, a, _, _ in items]
+    if model is not None or harness_name is not None:
+        mechanisms = extended.parse(model) if model is not None else table.mechanisms if table else ()
+        if mechanisms is None:
+            raise ValueError("--model auto chooses on a pipeline's val split: name a model here")
+        base = table or engine.default_table(blocks)
+        table = base.with_model(mechanisms, harness_name or (table.harness if table else "none"))
     if table is not None:
         engine.compile(table)  # refuse an invalid table up front, naming opcode and parameter
-    blocks = [engine.parse_asm(a) if a is not None else engine.disassemble(h) for _, h, a, _, _ in items]
+    fallbacks = 0
+    if table is not None and "memory" in table.mechanisms:
+        found = [harness.accesses(b, table.harness) for b in blocks]
+        fallbacks = sum(a.status != "ok" for a in found if a.harness != table.harness)
+        blocks = [a.attach(b) for a, b in zip(found, blocks)]
     cycles_, status_ = [], []
     with progress() as bar:
         task = bar.add_task(f"simulating (-mcpu={mcpu})", total=len(blocks))
@@ -95,6 +127,8 @@ def run_table(mcpu: str, params: Path | None, items, iterations: int, threads: i
         "llvm_version": engine.llvm_version,
         "iterations": iterations,
         "params": str(params) if params else "default",
+        "model": table.model if table is not None else extended.PLAIN,
+        "harness_fallbacks": fallbacks,
         "n": len(rows),
         "failed": sum(r["status"] != "ok" for r in rows),
         "mape": mape(*zip(*scored)) if scored else None,
@@ -107,7 +141,10 @@ def _print_report(report: dict, as_json: bool) -> None:
     if as_json:
         print_json(report)
         return
-    table = Table(title=f"llvm-mca {report['llvm_version']} -mcpu={report['mcpu']}, {report['iterations']} iterations")
+    table = Table(
+        title=f"{report['model']} (LLVM {report['llvm_version']}) -mcpu={report['mcpu']}, "
+        f"{report['iterations']} iterations"
+    )
     for col in ("input", "cycles", "measured", "status"):
         table.add_column(col, overflow="fold")
     for r in report["results"]:
@@ -119,6 +156,8 @@ def _print_report(report: dict, as_json: bool) -> None:
         )
     console.print(table)
     summary = f"n={report['n']} failed={report['failed']}"
+    if report["harness_fallbacks"]:
+        summary += f" symbolic-address fallbacks={report['harness_fallbacks']}"
     if report["mape"] is not None:
         summary += f" MAPE={100 * report['mape']:.2f}%"
     if report["kendall_tau"] is not None:
@@ -126,9 +165,9 @@ def _print_report(report: dict, as_json: bool) -> None:
     console.print(summary)
 
 
-def _run_and_print(mcpu, params, inputs, iterations, threads, as_json) -> None:
+def _run_and_print(mcpu, params, inputs, iterations, threads, as_json, model=None, harness_name=None) -> None:
     try:
-        report = run_table(mcpu, params, inputs(), iterations, threads)
+        report = run_table(mcpu, params, inputs(), iterations, threads, model, harness_name)
     except USER_ERRORS as exc:
         raise fail(exc) from None
     _print_report(report, as_json)
@@ -143,11 +182,15 @@ def simulate(
     asm: Annotated[Path | None, typer.Option(help="a block as AT&T assembly text")] = None,
     iterations: Iterations = 100,
     threads: Threads = None,
+    model: Model = None,
+    harness_name: Harness = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """Simulate blocks with the in-process engine: cycles per block, and MAPE and
     Kendall tau when measurements are given."""
-    _run_and_print(mcpu, params, lambda: _read_inputs(csv, hex_, asm), iterations, threads, as_json)
+    _run_and_print(
+        mcpu, params, lambda: _read_inputs(csv, hex_, asm), iterations, threads, as_json, model, harness_name
+    )
 
 
 @app.command()
@@ -157,8 +200,12 @@ def evaluate(
     mcpu: str = "haswell",
     iterations: Iterations = 100,
     threads: Threads = None,
+    model: Model = None,
+    harness_name: Harness = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """MAPE and Kendall tau of a parameter table against measured throughputs
     (the same output as ``simulate``)."""
-    _run_and_print(mcpu, params, lambda: _read_inputs(csv, None, None), iterations, threads, as_json)
+    _run_and_print(
+        mcpu, params, lambda: _read_inputs(csv, None, None), iterations, threads, as_json, model, harness_name
+    )

@@ -44,6 +44,39 @@ def _ctx(
     deps=["splits"],
     partitions_def=UARCHS,
     pool=WRITER_POOL,
+    kinds={"duckdb", "unicorn"},
+    code_version=CODE_VERSIONS["accesses"],
+    automation_condition=FOLLOWS_UPSTREAM,
+)
+def block_accesses(
+    context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings
+) -> dg.MaterializeResult:
+    """Where each measured block's loads and stores land under the harness model
+    its measurements were taken with (tables ``block_harness``, ``block_accesses``):
+    BHive's harness run on a CPU emulator for a few iterations. A block the
+    emulator cannot run keeps symbolic addresses, with the reason recorded. The
+    extended model's memory dependencies read them."""
+    out = steps.record_accesses(_ctx(context, warehouse, engine, settings))
+    return dg.MaterializeResult(
+        metadata={
+            "harness": out["harness"],
+            "blocks": out["blocks"],
+            "new": out["new"],
+            "emulated": out["emulated"],
+            "fallbacks": markdown(
+                pl.DataFrame({"reason": list(out["fallbacks"]), "blocks": list(out["fallbacks"].values())})
+            ),
+            "ms_per_block": round(out["ms_per_block"], 3),
+            **row_count(warehouse, "block_accesses"),
+        }
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    deps=["splits", block_accesses],
+    partitions_def=UARCHS,
+    pool=WRITER_POOL,
     kinds={"duckdb"},
     code_version=CODE_VERSIONS["default_params"],
     automation_condition=FOLLOWS_UPSTREAM,
@@ -66,7 +99,13 @@ def default_params(
     ctx = _ctx(context, warehouse, engine, settings)
     out = steps.default_params(ctx)
     yield dg.MaterializeResult(
-        metadata={"table_id": out["table_id"], "rows": out["rows"], "measured": out["measured"]},
+        metadata={
+            "table_id": out["table_id"],
+            "model": out["model"],
+            "model_chosen_by": out["model_chosen_by"],
+            "rows": out["rows"],
+            "measured": out["measured"],
+        },
         data_version=dg.DataVersion(out["data_version"]),
     )
     yield check_result("engine_exactness", exactness(warehouse.path, ctx.engine))

@@ -91,6 +91,19 @@ def defaults(mcpu: str, mechanisms) -> dict[str, int]:
     return out
 
 
+def parse(model: str) -> tuple[str, ...] | None:
+    """The mechanisms a model name turns on: ``llvm-mca``, ``extended`` (all of
+    them), ``llvm-mca+front_end+…``; ``auto`` (None): whichever wins on val."""
+    if model == "auto":
+        return None
+    if model == "extended":
+        return MECHANISMS
+    head, *mechanisms = model.split("+")
+    if head != PLAIN:
+        raise ValueError(f"unknown model {model!r}: auto, llvm-mca, extended or llvm-mca+<mechanism>+…")
+    return check(mechanisms, "none")
+
+
 def name(mechanisms, harness: str) -> str:
     """``llvm-mca``, or ``llvm-mca+front_end+memory…`` with ``@harness`` when memory uses one."""
     if not mechanisms:

@@ -18,6 +18,12 @@ def mape(predicted, measured) -> float:
     return float(np.mean(np.abs(p - m) / m))
 
 
+def signed_error(predicted, measured) -> float:
+    """Mean (predicted - measured) / measured: below 0, predicted too fast."""
+    p, m = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
+    return float(np.mean((p - m) / m)) if p.size else float("nan")
+
+
 def kendall_tau(predicted, measured) -> float | None:
     """None where the rank correlation is undefined (fewer than two blocks, or all tied)."""
     p, m = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
@@ -31,12 +37,19 @@ ML_FAMILIES = {"tensorflow": "tensorflow", "eigen": "eigen", "openblas": "openbl
 LENGTHS = [(1, 4), (5, 9), (10, 19), (20, 10**9)]
 
 
-def slices(blocks: pl.DataFrame, sources: pl.DataFrame, bottlenecks: pl.DataFrame | None = None) -> pl.DataFrame:
+def slices(
+    blocks: pl.DataFrame,
+    sources: pl.DataFrame,
+    bottlenecks: pl.DataFrame | None = None,
+    extra: list[pl.DataFrame] = (),
+) -> pl.DataFrame:
     """(block_id, slice) memberships: all, source application, ML kernel family,
-    block length, memory vs register-only, and the bottleneck the block's
-    hardware features point to. ``blocks`` has block_id, n_insts, asm;
-    ``sources`` has block_id, app; ``bottlenecks`` block_id, bottleneck."""
+    block length, memory vs register-only, the bottleneck the block's hardware
+    features point to, and ``extra`` (block_id, slice) frames. ``blocks`` has
+    block_id, n_insts, asm; ``sources`` has block_id, app; ``bottlenecks``
+    block_id, bottleneck."""
     parts = [blocks.select("block_id", pl.lit("all").alias("slice"))]
+    parts += [e.join(blocks.select("block_id"), on="block_id").select("block_id", "slice") for e in extra]
     if not sources.is_empty():
         parts.append(sources.select("block_id", (pl.lit("app:") + pl.col("app")).alias("slice")))
         family = pl.lit(None, dtype=pl.Utf8)
@@ -73,7 +86,7 @@ def slices(blocks: pl.DataFrame, sources: pl.DataFrame, bottlenecks: pl.DataFram
 def metrics_by_slice(
     pred: pl.DataFrame, truth: pl.DataFrame, splits: pl.DataFrame, memberships: pl.DataFrame
 ) -> pl.DataFrame:
-    """MAPE and Kendall tau per (split, slice). ``pred``: block_id, cycles;
+    """MAPE, Kendall tau and the mean signed relative error per (split, slice). ``pred``: block_id, cycles;
     ``truth``: block_id, cycles_per_100; ``splits``: block_id, split. Each group
     is summed in block order, so the same inputs give the same bits in every process."""
     joined = (
@@ -92,8 +105,8 @@ def metrics_by_slice(
                 "n": group.height,
                 "mape": mape(group["cycles"], group["cycles_per_100"]),
                 "kendall_tau": kendall_tau(group["cycles"], group["cycles_per_100"]),
+                "mean_signed_error": signed_error(group["cycles"], group["cycles_per_100"]),
             }
         )
-    return pl.DataFrame(
-        rows, schema={"split": pl.Utf8, "slice": pl.Utf8, "n": pl.Int64, "mape": pl.Float64, "kendall_tau": pl.Float64}
-    ).sort(["split", "slice"])
+    schema = {"split": pl.Utf8, "slice": pl.Utf8, "n": pl.Int64, "mape": pl.Float64, "kendall_tau": pl.Float64}
+    return pl.DataFrame(rows, schema={**schema, "mean_signed_error": pl.Float64}).sort(["split", "slice"])

@@ -167,7 +167,11 @@ class ParamSpace:
         out = [max(1, g[0] + rng.integers(-2, 3)), max(2, round(g[1] * rng.uniform(0.5, 1.5)))]
         for name, value in zip(self.globals[2:], g[2:]):
             how = EXTRA_SAMPLING[name]
-            moved = value * rng.uniform(0.5, 1.5) if how.get("scale") else value + rng.integers(-how["step"], how["step"] + 1)
+            moved = (
+                value * rng.uniform(0.5, 1.5)
+                if how.get("scale")
+                else value + rng.integers(-how["step"], how["step"] + 1)
+            )
             out.append(int(np.clip(round(moved), *LIMITS[name])))
         return m, np.array(out, dtype=np.float32)
 

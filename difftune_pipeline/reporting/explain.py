@@ -126,7 +126,12 @@ def _complete(table: ParamTable, base: ParamTable) -> ParamTable:
     """``table`` with the rows it leaves to LLVM spelled out from ``base`` (the CPU's
     table with the block's variant resolutions): what the engine simulates."""
     return ParamTable(
-        table.mcpu, table.llvm_version, dict(table.globals), {**base.rows, **table.rows}, table.mechanisms, table.harness
+        table.mcpu,
+        table.llvm_version,
+        dict(table.globals),
+        {**base.rows, **table.rows},
+        table.mechanisms,
+        table.harness,
     )
 
 

@@ -7,6 +7,7 @@ notebook or a script:
     simulate_shard(ctx, 0)
 """
 
+from difftune_pipeline.steps.accesses import record_accesses
 from difftune_pipeline.steps.context import StepContext
 from difftune_pipeline.steps.default_params import default_params
 from difftune_pipeline.steps.evaluation import evaluate, evaluate_latest
@@ -24,6 +25,7 @@ __all__ = [
     "evaluate_latest",
     "latest_surrogate",
     "learn",
+    "record_accesses",
     "sampled_tables",
     "simulate_shard",
     "train_surrogate",

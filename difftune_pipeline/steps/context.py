@@ -4,6 +4,7 @@ warehouse and disassembled once per context."""
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
@@ -11,8 +12,9 @@ from pathlib import Path
 
 import polars as pl
 
+from difftune_pipeline import harness
 from difftune_pipeline.config import Settings
-from difftune_pipeline.engine import Engine, ParamTable
+from difftune_pipeline.engine import Engine, ParamTable, extended
 from difftune_pipeline.model.metrics import kendall_tau, mape
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.model.sampling import SampledTable, sampled_tables
@@ -22,13 +24,14 @@ SPLITS = ("train", "val", "test")
 
 # Bump when a step's code changes what it produces: results of older code are not reused.
 CODE_VERSIONS = {
-    "default_params": "1",
+    "accesses": "1",
+    "default_params": "2",
     "features": "1",
     "sampled_tables": "1",
     "simulations": "1",
     "surrogate": "2",
     "learned_params": "2",
-    "evaluation": "2",
+    "evaluation": "3",
 }
 
 
@@ -57,13 +60,59 @@ class StepContext:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def blocks(self, split: str) -> tuple[pl.DataFrame, dict]:
-        """The measured blocks of a split (frame ordered by block id) and block_id -> engine Block."""
-        if split not in self._views:
+    def blocks(self, split: str, attach: bool = True) -> tuple[pl.DataFrame, dict]:
+        """The measured blocks of a split (frame ordered by block id) and block_id -> engine Block.
+        ``attach``: with their loads' and stores' addresses under the harness model,
+        when the model may simulate memory dependencies (recorded ones, else emulated here)."""
+        if (split, attach) not in self._views:
             frame = queries.measured_blocks(self.db, self.uarch, [split])
             blocks = dict(zip(frame["block_id"].to_list(), self.engine.disassemble_many(frame["hex"].to_list())))
-            self._views[split] = frame, blocks
-        return self._views[split]
+            if attach and self._may_use_memory():
+                blocks = self._with_accesses(blocks)
+            self._views[split, attach] = frame, blocks
+        return self._views[split, attach]
+
+    def _may_use_memory(self) -> bool:
+        wanted = extended.parse(self.settings.model)
+        return extended.supported(self.uarch) and (wanted is None or "memory" in wanted)
+
+    def _with_accesses(self, blocks: dict) -> dict:
+        name = self.settings.harness
+        status = queries.harness_status(self.db, name, list(blocks))
+        rows: dict[str, list] = collections.defaultdict(list)
+        for b, it, i, a, n, st in queries.harness_accesses(self.db, name, list(blocks)).iter_rows():
+            rows[b].append((it, i, a, n, st))
+        stored = {b: harness.Accesses(addr, tuple(rows[b]), s) for b, addr, s in status.iter_rows()}
+        return {b: (stored.get(b) or harness.accesses(block, name)).attach(block) for b, block in blocks.items()}
+
+    def model(self) -> tuple[tuple[str, ...], str, str]:
+        """(mechanisms, harness, why): the simulator the steps use, from the
+        ``model`` setting; ``auto`` takes the extended model when its default
+        table scores better on val than llvm-mca's."""
+        if "model" not in self._views:
+            name = self.settings.harness
+            wanted = extended.parse(self.settings.model)
+            if not extended.supported(self.uarch):
+                chosen = (), f"llvm-mca: the extended model has no front-end rules for {self.uarch}"
+            elif wanted is not None:
+                chosen = wanted, f"the model setting ({self.settings.model})"
+            else:
+                llvm = self.llvm_default()
+                plain, ext = (
+                    self.score(llvm, "val")[0],
+                    self.score(llvm.with_model(extended.MECHANISMS, name), "val")[0],
+                )
+                pick = extended.MECHANISMS if ext < plain else ()
+                chosen = pick, f"auto: val MAPE of the default tables, llvm-mca {plain:.4f}, extended {ext:.4f}"
+            self._views["model"] = (chosen[0], name, chosen[1])
+        return self._views["model"]
+
+    def llvm_default(self) -> ParamTable:
+        """LLVM's own table over every measured block (llvm-mca's model)."""
+        if "llvm" not in self._views:
+            blocks = [b for split in SPLITS for b in self.blocks(split)[1].values()]
+            self._views["llvm"] = self.engine.default_table(blocks)
+        return self._views["llvm"]
 
     def space(self) -> tuple[ParamSpace, ParamTable, dict]:
         """The parameter space of the train blocks (the rows they use, variant
@@ -72,7 +121,8 @@ class StepContext:
             _, train = self.blocks("train")
             if not train:
                 raise ValueError(f"no measured {self.uarch} blocks in the train split: ingest measurements first")
-            default = self.engine.default_table(list(train.values()))
+            mechanisms, name, _ = self.model()
+            default = self.engine.default_table(list(train.values())).with_model(mechanisms, name)
             keys = {k for b in train.values() for k in b.row_keys if k in default.rows}
             self._views["space"] = ParamSpace.create(keys, self.engine, default.global_names()), default
         space, default = self._views["space"]
@@ -82,10 +132,10 @@ class StepContext:
         return sampled_tables(space, self.uarch, self.settings.presets, self.settings.tables_per_preset)
 
     def default_table(self) -> tuple[str, ParamTable]:
-        """LLVM's table over every measured block, and its id."""
+        """LLVM's table over every measured block, under the chosen model, and its id."""
         if "default" not in self._views:
-            blocks = [b for split in SPLITS for b in self.blocks(split)[1].values()]
-            table = self.engine.default_table(blocks)
+            mechanisms, name, _ = self.model()
+            table = self.llvm_default().with_model(mechanisms, name) if mechanisms else self.llvm_default()
             self._views["default"] = f"default-{self.uarch}-{table.fingerprint()}", table
         return self._views["default"]
 

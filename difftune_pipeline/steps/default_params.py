@@ -1,5 +1,5 @@
 """LLVM's own table for the µarch: every opcode, plus the variant resolutions
-of the measured blocks."""
+of the measured blocks, under the model the steps simulate with."""
 
 from __future__ import annotations
 
@@ -14,8 +14,11 @@ def default_params(ctx: StepContext) -> dict:
     with writer(ctx.db) as con:
         new = queries.save_table(con, table_id, table, kind="default", note="LLVM's scheduling model")
     measured = queries.measurement_totals(ctx.db, ctx.uarch)
+    _, _, why = ctx.model()
     return {
         "table_id": table_id,
+        "model": table.model,
+        "model_chosen_by": why,
         "rows": len(table.rows),
         "new": new,
         "measured": measured[0],

@@ -20,6 +20,7 @@ def evaluate(ctx: StepContext, table_ids: list[str]) -> pl.DataFrame:
         frame.select("block_id", "n_insts", "asm"),
         queries.block_sources(ctx.db),
         queries.bottlenecks(ctx.db, ctx.default_table()[0]),
+        [_store_load(ctx), _above_16_bytes(ctx, frame, blocks)],
     )
     iterations, now = ctx.settings.iterations, queries.now()
     for table_id in table_ids:
@@ -56,6 +57,26 @@ def evaluate(ctx: StepContext, table_ids: list[str]) -> pl.DataFrame:
                 ["table_id", "uarch", "split", "slice"],
             )
     return queries.evaluations(ctx.db, ctx.uarch, table_ids)
+
+
+def _store_load(ctx: StepContext) -> pl.DataFrame:
+    """``mem:store_load``: blocks in which a load reads bytes an earlier store
+    wrote, at the addresses the harness model recorded."""
+    return queries.aliasing_blocks(ctx.db, ctx.settings.harness).select(
+        "block_id", pl.lit("mem:store_load").alias("slice")
+    )
+
+
+def _above_16_bytes(ctx: StepContext, frame: pl.DataFrame, blocks: dict) -> pl.DataFrame:
+    """``fe:above_16B``: blocks llvm-mca's own table runs faster than 16
+    instruction bytes a cycle, more than the legacy decoders predecode."""
+    ids = frame["block_id"].to_list()
+    result = ctx.engine.simulate([blocks[b] for b in ids], ctx.llvm_default(), iterations=ctx.settings.iterations)
+    per_iteration = [sum(len(h) // 2 for h in blocks[b].encoding) for b in ids]
+    above = [
+        b for b, n, c, ok in zip(ids, per_iteration, result.cycles, result.ok) if ok and c > 0 and n * 100 / c > 16
+    ]
+    return pl.DataFrame({"block_id": above, "slice": "fe:above_16B"}, schema={"block_id": pl.Utf8, "slice": pl.Utf8})
 
 
 def evaluate_latest(ctx: StepContext) -> dict:

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from difftune_pipeline.model.features import containment
 from difftune_pipeline.engine.table import GLOBALS
+from difftune_pipeline.model.features import containment
 from difftune_pipeline.model.graph import BatchGraph, BlockGraphs, dependencies, latency_bounds, memory_dependencies
 from difftune_pipeline.model.params import READ_ADVANCE_SLOTS
 from difftune_pipeline.surrogates.base import FitConfig, Pairs, Surrogate, moved

@@ -169,6 +169,32 @@ MIGRATIONS: list[str] = [
     CREATE VIEW usable_measurements AS
         SELECT m.* FROM measurements m JOIN batches b USING (batch_id) WHERE b.status = 'ok';
     """,
+    """
+    -- Where each load and store of a block lands under a harness model (the
+    -- extended model's memory dependencies), and how the harness model fared.
+    CREATE TABLE block_harness (
+        block_id   VARCHAR NOT NULL,
+        harness    VARCHAR NOT NULL,      -- the model asked for: bhive | none
+        addresses  VARCHAR NOT NULL,      -- where the addresses come from: bhive (emulated) | none (symbolic)
+        status     VARCHAR NOT NULL,      -- ok | why the harness model fell back to symbolic addresses
+        accesses   BIGINT NOT NULL,
+        seconds    DOUBLE NOT NULL,       -- the emulation's cost
+        PRIMARY KEY (block_id, harness)
+    );
+    CREATE TABLE block_accesses (
+        block_id   VARCHAR NOT NULL,
+        harness    VARCHAR NOT NULL,
+        seq        INTEGER NOT NULL,      -- order of the access within the recorded run
+        iteration  INTEGER NOT NULL,
+        instr      INTEGER NOT NULL,      -- instruction index in the block
+        address    UBIGINT NOT NULL,
+        bytes      INTEGER NOT NULL,
+        is_store   BOOLEAN NOT NULL,
+        PRIMARY KEY (block_id, harness, seq)
+    );
+    -- mean (predicted - measured) / measured: whether a slice is predicted too fast or too slow
+    ALTER TABLE evaluations ADD COLUMN mean_signed_error DOUBLE;
+    """,
 ]
 
 
