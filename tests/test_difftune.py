@@ -97,8 +97,9 @@ def test_interrupted_simulation_resumes_without_loss_or_duplicates(ctx, warehous
             raise KeyboardInterrupt("interrupted")
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(Engine, "simulate_pairs", failing)
     one = steps.StepContext(ctx.db, ctx.engine, override(TINY, {"shards": 1}))  # every table in shard 0
+    one.model()  # chosen on val (auto) before the engine starts failing
+    monkeypatch.setattr(Engine, "simulate_pairs", failing)
     with pytest.raises(KeyboardInterrupt):
         steps.simulate_shard(one, 0, chunk=100)
     partial = _count(warehouse, "simulations")

@@ -36,7 +36,7 @@ def model(base: ParamTable, mechanisms, harness_name: str = "none", **globals_) 
 
 def test_all_mechanisms_off_is_llvm_mca(haswell, base, sample_rows):
     """A table whose mechanisms were turned on and off again simulates exactly as the binary."""
-    round_trip = model(base, ("front_end", "memory", "stack_engine")).with_model(())
+    round_trip = model(base, ("front_end", "memory", "stack_engine", "move_elimination")).with_model(())
     assert round_trip.globals["dispatch_width"] == 8  # the front end's default (unfused µops) stays
     round_trip.globals["dispatch_width"] = base.globals["dispatch_width"]
     assert round_trip.to_dict() == base.to_dict()
@@ -136,6 +136,18 @@ def test_explicit_rsp_read_costs_a_sync_uop(haswell, base):
     assert cycles(haswell, no_sync, model(base, ("stack_engine",), stack_sync_uops=4)) == cycles(
         haswell, no_sync, model(base, ("stack_engine",))
     )
+
+
+def test_move_elimination(haswell, base):
+    """A chain of register moves costs a cycle a move in llvm-mca's model; renamed
+    away it costs nothing but issue slots, and a limit of one a cycle sits between."""
+    chain = "movq %rax, %rbx\nmovq %rbx, %rax\nmovaps %xmm0, %xmm1\nmovaps %xmm1, %xmm0"
+    plain = cycles(haswell, chain, base)
+    eliminated = cycles(haswell, chain, model(base, ("move_elimination",)))
+    one = cycles(haswell, chain, model(base, ("move_elimination",), moves_eliminated=1))
+    assert plain >= 2 * ITER and eliminated <= 1.1 * ITER and eliminated < one < plain
+    same = "movq %rax, %rax\naddq $1, %rax"  # a move onto itself is not eliminated: the chain stays
+    assert cycles(haswell, same, model(base, ("move_elimination",))) >= 2 * ITER
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ Environment: ``DIFFTUNE_PROFILE`` (``sample``: the sample bundled in the
 package; ``smoke``: the same with tiny settings, a quick check of the whole
 graph; ``full``: BHive's files under ``DIFFTUNE_DATA_DIR``), ``DIFFTUNE_SETTINGS``
 (JSON of dotted overrides, e.g. ``{"search.budget": 3000}``), and the shortcuts
-``DIFFTUNE_SURROGATE``, ``DIFFTUNE_TUNER`` and ``DIFFTUNE_SEARCH_HALVING=1``;
+``DIFFTUNE_SURROGATE``, ``DIFFTUNE_TUNER``, ``DIFFTUNE_MODEL`` (``auto``,
+``llvm-mca``, ``extended``, ``llvm-mca+front_end+…``) and ``DIFFTUNE_SEARCH_HALVING=1``;
 ``DIFFTUNE_COMPUTE`` (``threads``, the default, or ``ray``), ``DIFFTUNE_RAY_WORKERS``
 and ``RAY_ADDRESS`` (a running Ray cluster; without it Ray starts on this machine).
 """
@@ -139,7 +140,11 @@ class DiffTuneSettings(dg.ConfigurableResource):
 
 def settings_from_env(env=os.environ) -> DiffTuneSettings:
     overrides = config.parse_overrides(env.get("DIFFTUNE_SETTINGS"))
-    for var, name in (("DIFFTUNE_SURROGATE", "surrogate_model"), ("DIFFTUNE_TUNER", "tuner")):
+    for var, name in (
+        ("DIFFTUNE_SURROGATE", "surrogate_model"),
+        ("DIFFTUNE_TUNER", "tuner"),
+        ("DIFFTUNE_MODEL", "model"),
+    ):
         if env.get(var):
             overrides[name] = env[var]
     if env.get("DIFFTUNE_SEARCH_HALVING") == "1":

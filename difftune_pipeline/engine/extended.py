@@ -8,6 +8,8 @@ of the engine, off in the plain ``llvm-mca`` model.
   at the addresses a harness model gives (see ``difftune_pipeline.harness``).
 - ``stack_engine``: push/pop/call/ret leave no dependency chain through RSP; an
   explicit use of RSP after them costs a sync µop.
+- ``move_elimination``: register-to-register moves are renamed away (no µop,
+  no latency), a limited number a cycle.
 
 A mechanism's parameters are globals of the table; the defaults below are per
 CPU generation, each with its public source.
@@ -15,11 +17,12 @@ CPU generation, each with its public source.
 
 from __future__ import annotations
 
-MECHANISMS = ("front_end", "memory", "stack_engine")
+MECHANISMS = ("front_end", "memory", "stack_engine", "move_elimination")
 PARAMETERS: dict[str, tuple[str, ...]] = {
     "front_end": ("predecode_bytes", "decoders", "simple_decoder_uops", "uop_queue_size", "issue_width"),
     "memory": ("store_forward_latency", "alias_4k_penalty"),
     "stack_engine": ("stack_sync_uops",),
+    "move_elimination": ("moves_eliminated",),
 }
 HARNESSES = ("none", "bhive")  # "none": addresses by symbolic equality of address expressions
 PLAIN = "llvm-mca"
@@ -38,6 +41,8 @@ PLAIN = "llvm-mca"
 # a 4K-aliasing load is reissued about 5 cycles later (the Optimization Manual,
 # "4K aliasing").
 # Stack engine: one sync µop (Agner Fog, same guide, "stack engine").
+# Move elimination (Ivy Bridge on; the manual's "eliminating register moves"
+# gives no rate): at most the rename width a cycle, to be learned.
 _FAMILY = {
     **dict.fromkeys(("sandybridge", "ivybridge", "corei7-avx", "core-avx-i"), "sandybridge"),
     **dict.fromkeys(("haswell", "core-avx2", "broadwell"), "haswell"),
@@ -56,6 +61,7 @@ _COMMON = {
     "store_forward_latency": 0,
     "alias_4k_penalty": 5,
     "stack_sync_uops": 1,
+    "moves_eliminated": 4,
 }
 
 

@@ -38,6 +38,7 @@ GLOBAL_SCALES = {
     "store_forward_latency": 4.0,
     "alias_4k_penalty": 5.0,
     "stack_sync_uops": 1.0,
+    "moves_eliminated": 4.0,
 }
 MAX_TOKENS = 12
 

@@ -53,6 +53,7 @@ dt::Globals globalsFromDict(nb::dict G) {
   Gl.front_end = flag("front_end");
   Gl.memory = flag("memory");
   Gl.stack_engine = flag("stack_engine");
+  Gl.move_elimination = flag("move_elimination");
   auto get = [&](const char *K, int &V) {
     if (!G.contains(K)) throw dt::InvalidTable(std::string("globals: ") + K + " is missing");
     V = nb::cast<int>(G[K]);
@@ -69,6 +70,7 @@ dt::Globals globalsFromDict(nb::dict G) {
     get("alias_4k_penalty", Gl.alias_4k_penalty);
   }
   if (Gl.stack_engine) get("stack_sync_uops", Gl.stack_sync_uops);
+  if (Gl.move_elimination) get("moves_eliminated", Gl.moves_eliminated);
   return Gl;
 }
 
@@ -95,6 +97,7 @@ NB_MODULE(_engine, m) {
   Limits["store_forward_latency"] = nb::make_tuple(L::kMemoryLatencyMin, L::kMemoryLatencyMax);
   Limits["alias_4k_penalty"] = nb::make_tuple(L::kMemoryLatencyMin, L::kMemoryLatencyMax);
   Limits["stack_sync_uops"] = nb::make_tuple(L::kStackSyncUopsMin, L::kStackSyncUopsMax);
+  Limits["moves_eliminated"] = nb::make_tuple(L::kMovesEliminatedMin, L::kMovesEliminatedMax);
   m.attr("LIMITS") = Limits;
   m.def("known_cpus", &dt::knownCpus, "x86 CPUs whose LLVM model has per-instruction scheduling data");
 

@@ -39,7 +39,7 @@ struct Globals {
   int micro_op_buffer_size = 0;
   // The extended model's mechanisms (all off: llvm-mca's own pipeline). A
   // mechanism's parameters are read only when it is on.
-  bool front_end = false, memory = false, stack_engine = false;
+  bool front_end = false, memory = false, stack_engine = false, move_elimination = false;
   int predecode_bytes = 0;       // instruction bytes predecoded per cycle
   int decoders = 0;              // instructions decoded per cycle
   int simple_decoder_uops = 0;   // fused µops a decoder other than the first can emit
@@ -48,6 +48,7 @@ struct Globals {
   int store_forward_latency = 0; // cycles after a store executes before a load it feeds may issue
   int alias_4k_penalty = 0;      // the same, for a load that only 4K-aliases the store
   int stack_sync_uops = 0;       // issue slots of the µop that syncs RSP before an explicit read
+  int moves_eliminated = 0;      // register moves renamed away per cycle
 };
 
 // One memory access of one instruction in one iteration of a block (what a
@@ -201,6 +202,7 @@ struct Limits {
   static constexpr int kIssueWidthMin = 1, kIssueWidthMax = 64;
   static constexpr int kMemoryLatencyMin = 0, kMemoryLatencyMax = 100;
   static constexpr int kStackSyncUopsMin = 0, kStackSyncUopsMax = 16;
+  static constexpr int kMovesEliminatedMin = 1, kMovesEliminatedMax = 16;
 };
 
 // The x86 CPUs whose LLVM model has per-instruction scheduling data (the ones an Engine accepts).

@@ -154,6 +154,8 @@ struct TableImpl {
   std::vector<llvm::MCReadAdvanceEntry> RA;
   std::unordered_map<uint64_t, unsigned> Private;  // (opcode << 32 | class) -> private class
   std::vector<llvm::SubtargetSubTypeKV> ProcDesc;  // one entry: the CPU, over SM
+  std::vector<llvm::MCRegisterFileDesc> RegisterFiles;  // move elimination's (EPI points here)
+  std::vector<llvm::MCRegisterCostEntry> CostTable;
   std::unique_ptr<const llvm::MCSubtargetInfo> STI;  // an OverrideSubtargetInfo over the above
 };
 

@@ -3,6 +3,7 @@
 #include "engine_impl.h"
 #include "front_end.h"
 #include "memory_unit.h"
+#include "move_elimination.h"
 #include "monitor_stage.h"
 #include "stack_engine.h"
 #include "trace_listener.h"
@@ -139,11 +140,12 @@ std::pair<int64_t, std::string> simulateOne(const EngineImpl &E, const BlockImpl
   SmallVector<std::unique_ptr<mca::Instruction>> Lowered;
   if (std::string Why = L.lower(B, Lowered); !Why.empty()) return {-1, Why};
   const Globals &G = T.G;
-  const bool Extended = G.front_end || G.memory || G.stack_engine;
+  const bool Extended = G.front_end || G.memory || G.stack_engine || G.move_elimination;
   std::vector<FrontEndInstr> Facts;
   if (Extended) {
     const std::vector<bool> Sync = G.stack_engine ? applyStackEngine(E, B, Lowered) : std::vector<bool>();
     Facts = frontEndFacts(E, B, Lowered, G.front_end);
+    if (G.move_elimination) markEliminableMoves(E, B, Lowered);
     for (size_t I = 0; I < Sync.size(); ++I)
       if (Sync[I]) Facts[I].SyncUops = G.stack_sync_uops;
     // A macro-fused jcc executes as part of the µop before it: it takes no port.

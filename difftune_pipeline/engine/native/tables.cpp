@@ -10,6 +10,7 @@
 // Every other opcode resolves to an untouched clone of its class, so an edit
 // never leaks to opcodes that share a scheduling class.
 #include "override_subtarget.h"
+#include "move_elimination.h"
 #include "ports.h"
 
 #include <set>
@@ -46,7 +47,7 @@ void applyGlobals(const EngineImpl &E, const Globals &G, const Globals &Default,
   if (G.micro_op_buffer_size != Default.micro_op_buffer_size)
     checkRange("globals", "micro_op_buffer_size", G.micro_op_buffer_size,
                Limits::kMicroOpBufferMin, Limits::kMicroOpBufferMax);
-  if ((G.front_end || G.memory || G.stack_engine) && E.Gen == EngineImpl::Family::None)
+  if ((G.front_end || G.memory || G.stack_engine || G.move_elimination) && E.Gen == EngineImpl::Family::None)
     invalid("globals", "the extended model has no front-end rules for " + E.Mcpu +
                            " (Intel Sandy Bridge to Skylake only)");
   if (G.front_end) {
@@ -69,6 +70,9 @@ void applyGlobals(const EngineImpl &E, const Globals &G, const Globals &Default,
   if (G.stack_engine)
     checkRange("globals", "stack_sync_uops", G.stack_sync_uops, Limits::kStackSyncUopsMin,
                Limits::kStackSyncUopsMax);
+  if (G.move_elimination)
+    checkRange("globals", "moves_eliminated", G.moves_eliminated, Limits::kMovesEliminatedMin,
+               Limits::kMovesEliminatedMax);
   T.G = G;
   T.SM = *E.SM;
   T.SM.IssueWidth = G.dispatch_width;
@@ -80,6 +84,7 @@ void applyGlobals(const EngineImpl &E, const Globals &G, const Globals &Default,
       T.EPI.ReorderBufferSize = G.micro_op_buffer_size;
     T.SM.ExtraProcessorInfo = &T.EPI;
   }
+  if (G.move_elimination) describeMoveElimination(E, G.moves_eliminated, T);
 }
 
 // The CPU's tables, plus a clone of every class: class C + NumClasses is what

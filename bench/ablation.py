@@ -1,0 +1,168 @@
+"""Ablation of the extended model on a tuned warehouse: from each µarch's
+learned llvm-mca table, each mechanism alone and all of them, re-tuned by the
+direct search through the real engine on the train split, scored on test.
+
+    .venv/bin/python bench/ablation.py --warehouse W.duckdb --data ../shared/data \
+        [--mcpu haswell skylake ivybridge] [--budget 60000] [--rounds 2] [--out ablation.json]
+
+W is a warehouse the ``full`` profile tuned (llvm-mca's model); it is read,
+never written. Reported per configuration: test MAPE and Kendall tau, and the
+slices ``bottleneck:*`` (from W's block features), ``mem:store_load`` (a load
+reads bytes a store wrote, at BHive-harness addresses), ``alias:bhive`` (BHive's
+own may-alias list, with and without the harness model) and ``fe:above_16B``
+(blocks the learned llvm-mca table runs above 16 bytes a cycle: mean signed
+error).
+"""
+
+import argparse
+import csv
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from difftune_pipeline import harness
+from difftune_pipeline.engine import Engine, ParamTable
+from difftune_pipeline.model.metrics import kendall_tau, mape, signed_error
+from difftune_pipeline.tuners.search import SearchConfig, search
+from difftune_pipeline.warehouse import queries
+
+CONFIGS = {
+    "llvm-mca (learned)": (),
+    "+ front end": ("front_end",),
+    "+ memory": ("memory",),
+    "+ stack engine": ("stack_engine",),
+    "+ move elimination": ("move_elimination",),
+    "all": ("front_end", "memory", "stack_engine", "move_elimination"),
+}
+
+
+def split_blocks(engine: Engine, db: str, mcpu: str, split: str) -> tuple[list[str], list, np.ndarray]:
+    frame = queries.measured_blocks(db, mcpu, [split])
+    blocks = engine.disassemble_many(frame["hex"].to_list())
+    return frame["block_id"].to_list(), blocks, frame["cycles_per_100"].to_numpy()
+
+
+def may_alias(data: Path | None) -> set[str]:
+    """Hex of BHive's may-alias blocks (``bhive_may_alias.csv``: hex first)."""
+    path = data / "bhive_may_alias.csv" if data else None
+    if not path or not path.exists():
+        return set()
+    with open(path) as fh:
+        return {row[0].strip().lower() for row in csv.reader(fh) if row and not row[0].startswith("#")}
+
+
+def figures(pred: np.ndarray, ok: np.ndarray, truth: np.ndarray, masks: dict[str, np.ndarray]) -> dict:
+    out = {}
+    for name, mask in masks.items():
+        m = mask & ok
+        out[name] = {
+            "n": int(m.sum()),
+            "mape": mape(pred[m], truth[m]),
+            "tau": kendall_tau(pred[m], truth[m]),
+            "signed": signed_error(pred[m], truth[m]),
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--warehouse", required=True)
+    parser.add_argument("--data", type=Path, default=None, help="for BHive's may-alias list")
+    parser.add_argument("--mcpu", nargs="*", default=["haswell", "skylake", "ivybridge"])
+    parser.add_argument("--budget", type=int, default=60_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--configs", nargs="*", default=list(CONFIGS))
+    parser.add_argument("--out", type=Path, default=Path("ablation.json"))
+    args = parser.parse_args()
+    db = args.warehouse
+    aliasing_list = may_alias(args.data)
+    results = json.loads(args.out.read_text()) if args.out.exists() else {}
+    for mcpu in args.mcpu:
+        engine = Engine(mcpu)
+        learned_id = queries.latest_learned(db, mcpu)
+        learned = queries.load_table(db, learned_id)
+        data = {s: split_blocks(engine, db, mcpu, s) for s in ("train", "val", "test")}
+        all_blocks = [b for s in data.values() for b in s[1]]
+        llvm = engine.default_table(all_blocks)
+        t0 = time.perf_counter()
+        found = {s: [harness.accesses(b, "bhive") for b in data[s][1]] for s in data}
+        emulation = time.perf_counter() - t0
+        attached = {s: [a.attach(b) for a, b in zip(found[s], data[s][1])] for s in data}
+        symbolic = {s: [harness.accesses(b, "none").attach(b) for b in data[s][1]] for s in data}
+        ids, test_blocks, truth = data["test"]
+        plain_test = engine.simulate(test_blocks, learned)
+        nbytes = np.array([sum(len(h) // 2 for h in b.encoding) for b in test_blocks])
+        parent = queries.latest_learned_per_mcpu(db).filter(pl.col("mcpu") == mcpu)["parent_id"][0]
+        bottleneck = dict(queries.bottlenecks(db, parent).iter_rows())
+        store_load = np.array([_store_load(a) for a in found["test"]])
+        hexes = [b.source[1] for b in test_blocks]
+        masks = {
+            "all": np.ones(len(ids), bool),
+            "mem:store_load": store_load,
+            "alias:bhive": np.array([h in aliasing_list for h in hexes]),
+            "fe:above_16B": plain_test.ok & (nbytes * 100 / np.maximum(plain_test.cycles, 1) > 16),
+        }
+        for kind in sorted(set(bottleneck.values())):
+            masks[f"bottleneck:{kind}"] = np.array([bottleneck.get(b) == kind for b in ids])
+        print(f"{mcpu}: {len(ids)} test blocks; emulation {1e3 * emulation / len(all_blocks):.2f} ms/block", flush=True)
+        for name in args.configs:
+            mechanisms = CONFIGS[name]
+            key = f"{mcpu}/{name}"
+            if key in results:
+                continue
+            start = learned.with_model(mechanisms, "bhive") if mechanisms else learned
+            default = llvm.with_model(mechanisms, "bhive") if mechanisms else llvm
+            blocks = attached if "memory" in mechanisms else data
+            blocks = {s: (v if isinstance(v, list) else v[1]) for s, v in blocks.items()}
+
+            def score(t: ParamTable, blocks=blocks) -> float:
+                r = engine.simulate(blocks["val"], t)
+                return mape(r.cycles[r.ok], data["val"][2][r.ok])
+
+            t1 = time.perf_counter()
+            if mechanisms:
+                table, _ = search(
+                    engine,
+                    blocks["train"],
+                    data["train"][2],
+                    default,
+                    score,
+                    SearchConfig(budget=args.budget, rounds=args.rounds),
+                    start=start,
+                    log=lambda m: print("   ", m, flush=True),
+                )
+            else:
+                table = learned
+            r = engine.simulate(blocks["test"], table)
+            row = figures(r.cycles.astype(float), r.ok, truth, masks)
+            if "memory" in mechanisms:  # the may-alias blocks without the harness model
+                sym = table.with_model(table.mechanisms, "none")
+                rs = engine.simulate(symbolic["test"], sym)
+                row["alias:bhive without harness"] = figures(
+                    rs.cycles.astype(float), rs.ok, truth, {"x": masks["alias:bhive"]}
+                )["x"]
+            row["seconds"] = time.perf_counter() - t1
+            row["globals"] = table.globals
+            results[key] = row
+            args.out.write_text(json.dumps(results, indent=1))
+            a = row["all"]
+            print(
+                f"  {name:20s} test MAPE {100 * a['mape']:6.2f}%  tau {a['tau']:.3f}  "
+                f"store_load {100 * row['mem:store_load']['mape']:6.2f}% ({row['mem:store_load']['n']})  "
+                f"alias {100 * row['alias:bhive']['mape']:6.2f}% ({row['alias:bhive']['n']})  "
+                f">16B signed {100 * row['fe:above_16B']['signed']:+6.2f}% ({row['fe:above_16B']['n']})",
+                flush=True,
+            )
+
+
+def _store_load(found: harness.Accesses) -> bool:
+    stores = [(a, n) for _, _, a, n, s in found.rows if s]
+    return any(not s and any(x < a + n and a < x + m for x, m in stores) for _, _, a, n, s in found.rows)
+
+
+if __name__ == "__main__":
+    pl.Config.set_tbl_rows(50)
+    main()
