@@ -118,9 +118,9 @@ def main() -> None:
             blocks = attached if "memory" in mechanisms else data
             blocks = {s: (v if isinstance(v, list) else v[1]) for s, v in blocks.items()}
 
-            def score(t: ParamTable, blocks=blocks) -> float:
-                r = engine.simulate(blocks["val"], t)
-                return mape(r.cycles[r.ok], data["val"][2][r.ok])
+            def score(t: ParamTable, engine=engine, val=blocks["val"], truth_val=data["val"][2]) -> float:
+                r = engine.simulate(val, t)
+                return mape(r.cycles[r.ok], truth_val[r.ok])
 
             t1 = time.perf_counter()
             if mechanisms:
