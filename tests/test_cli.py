@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from difftune_pipeline.cli import app
+from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.engine.reference import llvm_mca_cycles
 
 runner = CliRunner()
@@ -54,6 +55,33 @@ def test_simulate_asm_file_and_params_round_trip(tmp_path):
     params.write_text(json.dumps(table))
     slower = _json(["simulate", "--asm", str(asm), "--params", str(params), "--json"])
     assert slower["results"][0]["cycles"] > default["results"][0]["cycles"]
+
+
+def test_a_table_is_simulated_under_its_own_model_unless_told(tmp_path):
+    asm = tmp_path / "b.s"
+    asm.write_text("movq %rax, (%rsi)\nmovq (%rdi), %rax\n")  # BHive's harness: one address
+    params = tmp_path / "p.json"
+    assert runner.invoke(app, ["params", "export", "--mcpu", "haswell", "--out", str(params)]).exit_code == 0
+    plain = _json(["simulate", "--asm", str(asm), "--params", str(params), "--json"])
+    extended = _json(["simulate", "--asm", str(asm), "--params", str(params), "--model", "extended", "--harness",
+                      "bhive", "--json"])  # fmt: skip
+    assert plain["model"] == "llvm-mca" and extended["model"].startswith("llvm-mca+front_end+memory")
+    assert extended["results"][0]["cycles"] >= 5 * plain["results"][0]["cycles"]  # store -> load forwarding
+    table = ParamTable.from_json(params).with_model(("front_end", "memory"), "bhive")
+    table.to_json(params)
+    recorded = _json(["simulate", "--asm", str(asm), "--params", str(params), "--json"])
+    assert recorded["model"] == "llvm-mca+front_end+memory@bhive"
+    assert recorded["results"][0]["cycles"] >= 5 * plain["results"][0]["cycles"]
+    symbolic = _json(["simulate", "--asm", str(asm), "--params", str(params), "--harness", "none", "--json"])
+    assert symbolic["results"][0]["cycles"] < 2 * plain["results"][0]["cycles"]  # (%rsi), (%rdi): no match
+    refused = {
+        ("--model", "llvm-mca+telepathy"): "unknown mechanism 'telepathy'",
+        ("--harness", "qemu"): "unknown harness 'qemu'",
+        ("--model", "auto"): "--model auto chooses on a pipeline's val split",
+    }
+    for (option, value), message in refused.items():
+        result = runner.invoke(app, ["simulate", "--asm", str(asm), option, value])
+        assert result.exit_code != 0 and message in result.output, result.output
 
 
 def test_simulate_refuses_an_invalid_table(tmp_path):

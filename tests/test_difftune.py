@@ -10,6 +10,7 @@ from difftune_pipeline import steps
 from difftune_pipeline.cli import app
 from difftune_pipeline.config import override, settings_for
 from difftune_pipeline.engine import Engine
+from difftune_pipeline.engine.extended import MECHANISMS as ENGINE_MECHANISMS
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.surrogates.base import training_device
 from difftune_pipeline.warehouse import connection as store
@@ -75,6 +76,31 @@ def test_stages_end_to_end_and_again_without_work(ctx, warehouse):
     assert again["reused"] and again["learned_val_mape"] == learned["learned_val_mape"]
     steps.evaluate(ctx, [default_id, learned["table_id"]])
     assert {t: _count(warehouse, t) for t in counts} == counts
+
+
+def test_accesses_are_recorded_once_and_the_model_is_chosen_on_val(ctx, warehouse):
+    out = steps.record_accesses(ctx)
+    assert out["new"] == out["blocks"] == out["recorded"] > 1000 and out["harness"] == "bhive"
+    assert out["emulated"] + sum(out["fallbacks"].values()) == out["blocks"]
+    assert all(reason.startswith("emulation failed") for reason in out["fallbacks"])
+    rows = _count(warehouse, "block_accesses")
+    assert steps.record_accesses(ctx)["new"] == 0 and _count(warehouse, "block_accesses") == rows  # idempotent
+    aliasing = queries.aliasing_blocks(warehouse, "bhive")
+    assert aliasing.height > 10  # BHive's harness makes many loads read what a store wrote
+    _, blocks = ctx.blocks("val")
+    block_id = aliasing["block_id"].filter(aliasing["block_id"].is_in(list(blocks)))[0]
+    stored = store.query(
+        "SELECT iteration, instr, address, bytes, is_store FROM block_accesses WHERE block_id = ? ORDER BY seq",
+        warehouse,
+        [block_id],
+    )
+    assert [tuple(r) for r in stored.iter_rows()] == blocks[block_id].accesses  # what the steps simulate with
+    out = steps.default_params(ctx)
+    mechanisms, harness_name, why = ctx.model()
+    assert why.startswith("auto: val MAPE of the default tables")
+    plain, extended = (float(x.split()[-1]) for x in why.split(", ")[1:3])
+    assert mechanisms == (ENGINE_MECHANISMS if extended < plain else ()) and harness_name == "bhive"
+    assert out["model"] == ctx.default_table()[1].model
 
 
 def test_the_training_device_is_chosen_and_checked(monkeypatch):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from difftune_pipeline import harness
 from difftune_pipeline.engine import DEFAULT_ITERATIONS, DEFAULT_SHOWN, Engine, ParamTable, Trace
 from difftune_pipeline.engine.table import GLOBAL_ROW, diff
 from difftune_pipeline.engine.trace import TimelineEntry, last_cycle
@@ -198,6 +199,9 @@ def explain(
             f"{shown} iterations of {len(block)} instructions is more than {MAX_TIMELINE_ROWS} timeline rows:"
             " show fewer iterations"
         )
+    memory = [t for t in (table, against) if t is not None and "memory" in t.mechanisms]
+    if memory and not block.accesses:  # the memory mechanism reads where loads and stores land
+        block = harness.accesses(block, memory[0].harness).attach(block)
     base = base or engine.default_table([block])
     table = _complete(table, base) if table is not None else base
     against = _complete(against, base) if against is not None else None

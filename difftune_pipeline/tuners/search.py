@@ -186,7 +186,9 @@ class Search:
 
     def improve_globals(self) -> list[str]:
         """Each global one step up or down (the reorder buffer and µop queue by 16
-        and 8), each judged on every train block."""
+        and 8), judged on every train block while that costs at most a quarter of
+        the budget (llvm-mca's two globals), else on a random sample that does; an
+        accepted step is then simulated on every block."""
         everything = np.arange(len(self.blocks))
         step = {"micro_op_buffer_size": 16, "uop_queue_size": 8}
         options = [(g, d * step.get(g, 1)) for g in self.globals for d in (-1, 1)]
@@ -195,15 +197,22 @@ class Search:
             for g, d in options
             if LIMITS[g][0] <= self.globals[g] + d <= LIMITS[g][1]
         ]
-        if self.spent + len(everything) * len(candidates) > self.config.budget:
+        if not candidates:
             return []
-        errs = self._errors(everything, [self.table(globals_=g) for _, g in candidates])
-        gain = self.error.sum() - np.abs(errs).sum(axis=1)
+        judged = everything
+        if len(everything) * len(candidates) > self.config.budget // 4:
+            size = max(self.config.sample_blocks, self.config.budget // 4 // len(candidates))
+            judged = np.sort(self.rng.choice(everything, min(size, len(everything)), replace=False))
+        cost = len(judged) * len(candidates) + (len(everything) if len(judged) < len(everything) else 0)
+        if self.spent + cost > self.config.budget:
+            return []
+        errs = self._errors(judged, [self.table(globals_=g) for _, g in candidates])
+        gain = self.error[judged].sum() - np.abs(errs).sum(axis=1)
         best = int(np.argmax(gain))
         if gain[best] <= 1e-9:
             return []
         self.globals = candidates[best][1]
-        self.signed = errs[best]
+        self.signed = errs[best] if len(judged) == len(everything) else self._errors(everything, [self.table()])[0]
         return [candidates[best][0]]
 
     @property
