@@ -18,6 +18,7 @@ base, index, scale, segment and displacement and no instruction in between
 from __future__ import annotations
 
 import ctypes
+import re
 from dataclasses import dataclass
 
 from unicorn import (
@@ -124,13 +125,18 @@ def bhive(encoding: list[str], iterations: int = ITERATIONS) -> tuple:
         rows.append((state["iteration"], state["instr"], address, size, kind == UC_MEM_WRITE))
 
     def on_unmapped(uc, kind, address, size, value, _):
-        try:  # every data page is the one shared page; an access may straddle two
-            for base in {address & ~(PAGE - 1), (address + max(size, 1) - 1) & ~(PAGE - 1)}:
-                if not CODE <= base < end:
-                    uc.mem_map_ptr(base, PAGE, UC_PROT_ALL, ctypes.addressof(page))
-        except UcError:
-            return False
-        return True
+        # Every data page is the one shared page. An access may straddle two, one
+        # of them mapped already; one that cannot be mapped faults the block.
+        mapped = False
+        for base in sorted({address & ~(PAGE - 1), (address + max(size, 1) - 1) & ~(PAGE - 1)}):
+            if CODE <= base < end:
+                continue
+            try:
+                uc.mem_map_ptr(base, PAGE, UC_PROT_ALL, ctypes.addressof(page))
+                mapped = True
+            except UcError:  # mapped before (the other half of the access), or not mappable
+                continue
+        return mapped
 
     uc.hook_add(UC_HOOK_CODE, on_code)
     uc.hook_add(UC_HOOK_MEM_READ | UC_HOOK_MEM_WRITE, on_access)
@@ -152,6 +158,17 @@ def bhive(encoding: list[str], iterations: int = ITERATIONS) -> tuple:
     return tuple(rows)
 
 
+def _expression(address: str, version: dict[str, int]) -> tuple[tuple, int]:
+    """(the registers-and-versions part, the displacement) of a memory operand as
+    ``Block.operands`` spells it (base, scale, index, displacement, segment); any
+    other shape (an absolute ``moffs`` operand, two memory operands) is keyed whole."""
+    fields = address.split(",")
+    if len(fields) == 5 and re.fullmatch(r"-?\d+", fields[3]):
+        base, scale, index, disp, segment = fields
+        return (base, version.get(base, 0), scale, index, version.get(index, 0), segment), int(disp)
+    return (address, *(version.get(f, 0) for f in fields)), 0
+
+
 def symbolic(block: Block) -> tuple:
     """Stand-in addresses, one byte wide, that are equal exactly when the address
     expressions are (same registers, not written in between, same displacement)."""
@@ -162,12 +179,9 @@ def symbolic(block: Block) -> tuple:
     for k in range(ITERATIONS):
         for i, op in enumerate(operands):
             if op["address"]:
-                base, scale, index, disp, segment = (op["address"].split(",") + [""] * 5)[:5]
-                if disp == "sym":
-                    disp = "0"
-                key = (base, version.get(base, 0), scale, index, version.get(index, 0), segment)
+                key, disp = _expression(op["address"], version)
                 region = regions.setdefault(key, len(regions) + 1)
-                address = region * _SYMBOLIC_REGION + int(disp or 0)
+                address = region * _SYMBOLIC_REGION + disp
                 if op["may_load"]:
                     rows.append((k, i, address, 1, False))
                 if op["may_store"]:

@@ -170,6 +170,18 @@ def test_blocks_the_harness_cannot_run_fall_back_with_a_reason(haswell, base, as
     assert result.status == ["ok"]
 
 
+def test_symbolic_addresses_of_every_operand_shape(haswell):
+    """Absolute (moffs), segment-relative and two-operand string accesses get
+    stand-in addresses like any other; the same expression meets itself."""
+    block = haswell.parse_asm("movabsq 0x12345678, %rax\nmovq %fs:40, %rbx\nmovsq\nmovq %rax, %fs:40")
+    rows = harness.symbolic(block)
+    assert {i for _, i, *_ in rows} == {0, 1, 3}  # LLVM does not describe movsq as a load or a store
+    assert {i for _, i, *_ in harness.bhive(block.encoding)} == {0, 1, 2, 3}  # the emulator sees it
+    first = {(i, s): a for k, i, a, n, s in rows if k == 0}
+    assert first[1, False] == first[3, True]  # %fs:40 read, then written
+    assert harness.accesses(block, "none").attach(block).accesses
+
+
 def test_emulation_records_width_and_iterations(haswell):
     block = haswell.parse_asm("vmovups %xmm0, 32(%rdi)\nmovl 4(%rsi), %eax\naddq $64, %rdi")
     rows = harness.bhive(block.encoding)

@@ -93,6 +93,8 @@ def run_table(
             raise ValueError("--model auto chooses on a pipeline's val split: name a model here")
         base = table or engine.default_table(blocks)
         table = base.with_model(mechanisms, harness_name or (table.harness if table else "none"))
+        if "front_end" in base.mechanisms and "front_end" not in mechanisms:  # dispatch counts LLVM's way again
+            table.globals["dispatch_width"] = engine.default_table().globals["dispatch_width"]
     if table is not None:
         engine.compile(table)  # refuse an invalid table up front, naming opcode and parameter
     fallbacks = 0

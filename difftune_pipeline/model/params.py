@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from difftune_pipeline.engine import LIMITS, Engine
+from difftune_pipeline.engine.extended import PLAIN
 from difftune_pipeline.engine.table import GLOBALS, ParamTable
 
 READ_ADVANCE_SLOTS = 7
@@ -46,16 +47,19 @@ class ParamSpace:
     units: tuple[str, ...]  # the single ports (resources that are not groups)
     nest_ports: NestPorts = field(compare=False, repr=False)  # the engine's port-nesting rule
     globals: tuple[str, ...] = GLOBALS  # the table's globals, in ParamTable.global_names() order
+    model: str = PLAIN  # the table's model (ParamTable.model): its harness changes what a table simulates
 
     @classmethod
-    def create(cls, keys, engine: Engine, globals_: tuple[str, ...] = GLOBALS) -> ParamSpace:
+    def create(cls, keys, engine: Engine, table: ParamTable | None = None) -> ParamSpace:
+        """The space of rows ``keys`` of ``engine``'s CPU, with the globals and model of ``table``."""
         resources = engine.resources()
         return cls(
             tuple(sorted(set(keys))),
             tuple(r["name"] for r in resources),
             tuple(r["name"] for r in resources if not r["is_group"]),
             engine.nested_ports,
-            tuple(globals_),
+            tuple(table.global_names()) if table else GLOBALS,
+            table.model if table else PLAIN,
         )
 
     @property
@@ -71,7 +75,7 @@ class ParamSpace:
         return 2 + READ_ADVANCE_SLOTS + len(self.resources)
 
     def fingerprint(self) -> str:
-        extra = [self.globals] if self.globals != GLOBALS else []  # llvm-mca's spaces keep their ids
+        extra = [self.globals, self.model] if self.model != PLAIN else []  # llvm-mca's spaces keep their ids
         text = json.dumps([self.keys, self.resources, *extra])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

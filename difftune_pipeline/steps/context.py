@@ -85,17 +85,21 @@ class StepContext:
         stored = {b: harness.Accesses(addr, tuple(rows[b]), s) for b, addr, s in status.iter_rows()}
         return {b: (stored.get(b) or harness.accesses(block, name)).attach(block) for b, block in blocks.items()}
 
-    def model(self) -> tuple[tuple[str, ...], str, str]:
+    def model(self, decide: bool = False) -> tuple[tuple[str, ...], str, str]:
         """(mechanisms, harness, why): the simulator the steps use, from the
-        ``model`` setting; ``auto`` takes the extended model when its default
-        table scores better on val than llvm-mca's."""
+        ``model`` setting. ``auto`` takes the extended model when its default
+        table scores better on val than llvm-mca's: ``default_params`` decides
+        (``decide``), and the steps after it read its choice from the warehouse."""
         if "model" not in self._views:
             name = self.settings.harness
             wanted = extended.parse(self.settings.model)
+            stored = None if decide or wanted is not None else queries.latest_default_model(self.db, self.uarch)
             if not extended.supported(self.uarch):
                 chosen = (), f"llvm-mca: the extended model has no front-end rules for {self.uarch}"
             elif wanted is not None:
                 chosen = wanted, f"the model setting ({self.settings.model})"
+            elif stored is not None:
+                chosen = stored[1], f"auto: as default_params chose ({stored[0]})"
             else:
                 llvm = self.llvm_default()
                 plain, ext = (
@@ -122,9 +126,10 @@ class StepContext:
             if not train:
                 raise ValueError(f"no measured {self.uarch} blocks in the train split: ingest measurements first")
             mechanisms, name, _ = self.model()
-            default = self.engine.default_table(list(train.values())).with_model(mechanisms, name)
+            default = self.engine.default_table(list(train.values()))
+            default = default.with_model(mechanisms, name) if mechanisms else default
             keys = {k for b in train.values() for k in b.row_keys if k in default.rows}
-            self._views["space"] = ParamSpace.create(keys, self.engine, default.global_names()), default
+            self._views["space"] = ParamSpace.create(keys, self.engine, default), default
         space, default = self._views["space"]
         return space, default, self.blocks("train")[1]
 

@@ -10,6 +10,7 @@ from difftune_pipeline.warehouse import queries, writer
 def default_params(ctx: StepContext) -> dict:
     """The table stored, and a data version that changes with the table and with
     the µarch's usable measurements: what the tuning downstream re-runs on."""
+    ctx.model(decide=True)
     table_id, table = ctx.default_table()
     with writer(ctx.db) as con:
         new = queries.save_table(con, table_id, table, kind="default", note="LLVM's scheduling model")

@@ -70,11 +70,13 @@ def _store_load(ctx: StepContext) -> pl.DataFrame:
 def _above_16_bytes(ctx: StepContext, frame: pl.DataFrame, blocks: dict) -> pl.DataFrame:
     """``fe:above_16B``: blocks llvm-mca's own table runs faster than 16
     instruction bytes a cycle, more than the legacy decoders predecode."""
-    ids = frame["block_id"].to_list()
-    result = ctx.engine.simulate([blocks[b] for b in ids], ctx.llvm_default(), iterations=ctx.settings.iterations)
+    ids, iterations = frame["block_id"].to_list(), ctx.settings.iterations
+    result = ctx.engine.simulate([blocks[b] for b in ids], ctx.llvm_default(), iterations=iterations)
     per_iteration = [sum(len(h) // 2 for h in blocks[b].encoding) for b in ids]
     above = [
-        b for b, n, c, ok in zip(ids, per_iteration, result.cycles, result.ok) if ok and c > 0 and n * 100 / c > 16
+        b
+        for b, n, c, ok in zip(ids, per_iteration, result.cycles, result.ok)
+        if ok and c > 0 and n * iterations / c > 16
     ]
     return pl.DataFrame({"block_id": above, "slice": "fe:above_16B"}, schema={"block_id": pl.Utf8, "slice": pl.Utf8})
 

@@ -95,7 +95,7 @@ def _surrogate_view(ctx: StepContext, surrogate_run: dict) -> SurrogateView:
     surrogate = load_surrogate(surrogate_run)
     train_frame, train_blocks = ctx.blocks("train")
     predict = surrogate.predictor([train_blocks[b] for b in train_frame["block_id"]])
-    return SurrogateView(predict, ParamSpace.create(surrogate.row_keys, ctx.engine, surrogate.globals))
+    return SurrogateView(predict, ParamSpace.create(surrogate.row_keys, ctx.engine, ctx.default_table()[1]))
 
 
 def _val_figures(ctx: StepContext, default: ParamTable, learned: ParamTable) -> dict:

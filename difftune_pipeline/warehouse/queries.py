@@ -13,6 +13,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from difftune_pipeline.engine import extended
 from difftune_pipeline.engine.table import ParamTable
 from difftune_pipeline.warehouse.connection import connect, insert_new, query, scalar
 
@@ -517,3 +518,21 @@ def aliasing_blocks(db: Db, harness: str) -> pl.DataFrame:
         db,
         [harness],
     )
+
+
+def latest_default_model(db: Db, mcpu: str) -> tuple[str, tuple[str, ...]] | None:
+    """(table id, mechanisms) of the newest default table stored for ``mcpu``."""
+    rows = query(
+        """
+        WITH latest AS (SELECT table_id FROM param_tables WHERE kind = 'default' AND mcpu = ?
+                        ORDER BY created_at DESC LIMIT 1)
+        SELECT l.table_id, list(v.param ORDER BY v.param) FILTER (WHERE v.param LIKE 'mechanism:%') AS mechanisms
+        FROM latest l LEFT JOIN param_values v ON v.table_id = l.table_id AND v.opcode = '*' GROUP BY l.table_id
+        """,
+        db,
+        [mcpu],
+    )
+    if rows.is_empty():
+        return None
+    names = {m.split(":", 1)[1] for m in rows["mechanisms"][0] or []}
+    return rows["table_id"][0], tuple(m for m in extended.MECHANISMS if m in names)

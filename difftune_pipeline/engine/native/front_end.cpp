@@ -1,4 +1,5 @@
 #include "front_end.h"
+#include "memory_unit.h"
 
 #include <regex>
 
@@ -28,9 +29,16 @@ MemOperand memOperand(const EngineImpl &E, const MCInst &MI) {
   return M;
 }
 
-bool hasImmediate(const MCInst &MI) {
-  for (const MCOperand &Op : MI)
-    if (Op.isImm() || Op.isExpr()) return true;
+// An immediate operand, not counting the memory operand's scale and displacement.
+bool hasImmediate(const EngineImpl &E, const MCInst &MI) {
+  const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
+  for (unsigned I = 0; I < MI.getNumOperands(); ++I) {
+    if (I < D.getNumOperands() && D.operands()[I].OperandType == MCOI::OPERAND_MEMORY) {
+      I += 4;  // base, scale, index, displacement, segment
+      continue;
+    }
+    if (MI.getOperand(I).isImm() || MI.getOperand(I).isExpr()) return true;
+  }
   return false;
 }
 
@@ -40,14 +48,14 @@ bool hasImmediate(const MCInst &MI) {
 // with E/NE/L/GE/LE/G. Never with both a memory operand and an immediate, a
 // RIP-relative operand, or a memory destination (a read-modify-write).
 bool fusesWith(const EngineImpl &E, const MCInst &First, const MCInst &Jcc) {
-  static const std::regex Name("(CMP|TEST|ADD|SUB|AND|INC|DEC)(8|16|32|64)[a-z0-9_]*");
+  static const std::regex Name("(CMP|TEST|ADD|SUB|AND|INC|DEC)(8|16|32|64)[A-Za-z0-9_]*");
   std::smatch Match;
   const std::string Op = E.MCII->getName(First.getOpcode()).str();
   if (!std::regex_match(Op, Match, Name)) return false;
   if (!StringRef(E.MCII->getName(Jcc.getOpcode())).starts_with("JCC_")) return false;
   const MCInstrDesc &D = E.MCII->get(First.getOpcode());
   const MemOperand M = memOperand(E, First);
-  if (D.mayStore() || M.RipRelative || (M.Present && hasImmediate(First))) return false;
+  if (D.mayStore() || M.RipRelative || (M.Present && hasImmediate(E, First))) return false;
   const MCOperand &CondOp = Jcc.getOperand(Jcc.getNumOperands() - 1);
   if (!CondOp.isImm()) return false;
   const int C = (int)CondOp.getImm();
@@ -159,10 +167,17 @@ bool FrontEndStage::hasWorkToComplete() const {
   return !Predecoded.empty() || !Queue.empty() || !SM.isEnd();
 }
 
+// Decoding takes what was predecoded in earlier cycles (a cycle of front-end
+// latency); without the front-end mechanism an instruction issues when fetched.
 Error FrontEndStage::cycleStart() {
   IssuedThisCycle = 0;
-  decode();
-  predecode();
+  if (P.Modelled) {
+    decode();
+    predecode();
+  } else {
+    predecode();
+    decode();
+  }
   return ErrorSuccess();
 }
 
@@ -183,11 +198,15 @@ Error FrontEndStage::execute(mca::InstRef &) {
   return moveToTheNextStage(IR);
 }
 
-// Frees the instructions that have retired, oldest first, as EntryStage does.
+// Frees the instructions that have retired, oldest first, as EntryStage does,
+// but none the load/store unit may still read.
 Error FrontEndStage::cycleEnd() {
-  while (NumRetired < Owned.size() && Owned[NumRetired]->isRetired()) ++NumRetired;
+  const unsigned Keep = LSU ? LSU->oldestReferenced() : ~0u;
+  while (NumRetired < Owned.size() && Owned[NumRetired]->isRetired() && FirstOwned + NumRetired < Keep)
+    ++NumRetired;
   if (NumRetired * 2 >= Owned.size() && NumRetired) {
     Owned.erase(Owned.begin(), Owned.begin() + NumRetired);
+    FirstOwned += NumRetired;
     NumRetired = 0;
   }
   return ErrorSuccess();

@@ -25,7 +25,10 @@ struct FrontEndInstr {
 
 struct FrontEndParams {
   unsigned PredecodeBytes, Decoders, SimpleDecoderUops, QueueSize, IssueWidth;
+  bool Modelled = true;  // false: only issue (the stack engine's sync µops), in the cycle an instruction is fetched
 };
+
+class MemoryUnit;
 
 // Per-instruction facts of B under the table whose instructions are `Lowered`.
 // Fusion applies only when `Fusion` (the front-end mechanism) is on.
@@ -50,7 +53,9 @@ class FrontEndStage final : public llvm::mca::Stage {
   const std::vector<FrontEndInstr> Facts;
   const FrontEndParams P;
   std::vector<std::unique_ptr<llvm::mca::Instruction>> Owned;  // alive until retired, as in EntryStage
+  unsigned FirstOwned = 0;  // source index of Owned[0]
   size_t NumRetired = 0;
+  const MemoryUnit *LSU;    // may still read retired stores (null: none)
   std::deque<llvm::mca::InstRef> Predecoded, Queue;
   unsigned Partial = 0;      // bytes of the next instruction already predecoded
   unsigned QueueUops = 0;    // fused µops in Queue
@@ -65,8 +70,9 @@ class FrontEndStage final : public llvm::mca::Stage {
   void decode();
 
  public:
-  FrontEndStage(llvm::mca::SourceMgr &SM, std::vector<FrontEndInstr> Facts, FrontEndParams P)
-      : SM(SM), Facts(std::move(Facts)), P(P) {}
+  FrontEndStage(llvm::mca::SourceMgr &SM, std::vector<FrontEndInstr> Facts, FrontEndParams P,
+                const MemoryUnit *LSU)
+      : SM(SM), Facts(std::move(Facts)), P(P), LSU(LSU) {}
   bool hasWorkToComplete() const override;
   bool isAvailable(const llvm::mca::InstRef &IR) const override;
   llvm::Error execute(llvm::mca::InstRef &IR) override;

@@ -73,7 +73,7 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
   if (IS.getMayStore()) {
     if (isValidGroupID(LastLoad)) getGroup(LastLoad).addSuccessor(&Group, false);
     if (isValidGroupID(LastStore)) getGroup(LastStore).addSuccessor(&Group, true);
-    Stores.push_back({G, standIn(), standIn(), Mine});
+    Stores.push_back({G, standIn(), standIn(), IR.getSourceIndex(), Mine});
     LastStore = G;
   }
   if (IS.getMayLoad()) LastLoad = G;
@@ -107,6 +107,12 @@ void MemoryUnit::onInstructionExecuted(const mca::InstRef &IR) {
         Pending.push_back({Cycle + Delay, G, IR.getSourceIndex()});
     }
   }
+}
+
+unsigned MemoryUnit::oldestReferenced() const {
+  for (const Store &S : Stores)
+    if (isValidGroupID(S.Forward) || isValidGroupID(S.Alias)) return S.SourceIndex;
+  return ~0u;
 }
 
 void MemoryUnit::cycleEvent() {

@@ -18,6 +18,7 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
   // each "executes" its delay after the store does.
   struct Store {
     unsigned Group = 0, Forward = 0, Alias = 0;  // its own group and its stand-ins
+    unsigned SourceIndex = 0;
     std::vector<Access> Bytes;
   };
   struct Due {
@@ -31,7 +32,7 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
   std::deque<Store> Stores;
   std::vector<Due> Pending;
   uint64_t Cycle = 0;
-  llvm::mca::InstrDesc StandInDesc;
+  llvm::mca::InstrDesc StandInDesc{};
   llvm::mca::Instruction StandIn{StandInDesc, 0};  // carries a stand-in's token when it completes
 
   std::vector<Access> accessesOf(unsigned SourceIndex) const;
@@ -49,6 +50,9 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
   void onInstructionIssued(const llvm::mca::InstRef &IR) override;
   void onInstructionExecuted(const llvm::mca::InstRef &IR) override;
   void cycleEvent() override;
+  // The oldest instruction a stand-in may still read (a store whose stand-ins
+  // have not completed): the front end keeps it and everything after it alive.
+  unsigned oldestReferenced() const;
 };
 
 }  // namespace dt

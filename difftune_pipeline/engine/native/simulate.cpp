@@ -104,22 +104,26 @@ std::unique_ptr<mca::Pipeline> extendedPipeline(mca::Context &Ctx, const MCSubta
   auto RCU = std::make_unique<mca::RetireControlUnit>(SM);
   auto PRF = std::make_unique<mca::RegisterFile>(SM, MRI, 0);
   std::unique_ptr<mca::LSUnitBase> LSU;
-  if (G.memory && B.Memory)
-    LSU = std::make_unique<MemoryUnit>(SM, *B.Memory, B.Insts.size(), G.store_forward_latency,
-                                       G.alias_4k_penalty);
-  else
+  const MemoryUnit *Memory = nullptr;
+  if (G.memory && B.Memory) {
+    auto M = std::make_unique<MemoryUnit>(SM, *B.Memory, B.Insts.size(), G.store_forward_latency,
+                                          G.alias_4k_penalty);
+    Memory = M.get();
+    LSU = std::move(M);
+  } else {
     LSU = std::make_unique<mca::LSUnit>(SM, 0, 0, /*AssumeNoAlias=*/true);
+  }
   auto HWS = std::make_unique<mca::Scheduler>(SM, *LSU);
   // Without the front-end mechanism the front end only issues (stack sync µops
-  // included) at the dispatch width.
+  // included) at the dispatch width, holding at most a dispatch group.
   constexpr unsigned Unlimited = 1u << 20;
   const FrontEndParams P =
       G.front_end ? FrontEndParams{(unsigned)G.predecode_bytes, (unsigned)G.decoders,
                                    (unsigned)G.simple_decoder_uops, (unsigned)G.uop_queue_size,
-                                   (unsigned)G.issue_width}
-                  : FrontEndParams{Unlimited, Unlimited, Unlimited, Unlimited, SM.IssueWidth};
+                                   (unsigned)G.issue_width, true}
+                  : FrontEndParams{Unlimited, Unlimited, Unlimited, SM.IssueWidth, SM.IssueWidth, false};
   auto P0 = std::make_unique<mca::Pipeline>();
-  P0->appendStage(std::make_unique<FrontEndStage>(S, std::move(Facts), P));
+  P0->appendStage(std::make_unique<FrontEndStage>(S, std::move(Facts), P, Memory));
   P0->appendStage(std::make_unique<mca::DispatchStage>(STI, MRI, 0, *RCU, *PRF));
   P0->appendStage(std::make_unique<mca::ExecuteStage>(*HWS, BottleneckAnalysis));
   P0->appendStage(std::make_unique<mca::RetireStage>(*RCU, *PRF, *LSU));
