@@ -70,9 +70,9 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
       const unsigned From = Forward ? S.Forward : Alias ? S.Alias : 0;
       if (From && isValidGroupID(From)) getGroup(From).addSuccessor(&Group, true);
     }
-  if (IS.getMayStore()) {
+  if (IS.getMayStore()) {  // issued in order after older loads and stores, as llvm-mca's -noalias LSUnit does
     if (isValidGroupID(LastLoad)) getGroup(LastLoad).addSuccessor(&Group, false);
-    if (isValidGroupID(LastStore)) getGroup(LastStore).addSuccessor(&Group, true);
+    if (isValidGroupID(LastStore)) getGroup(LastStore).addSuccessor(&Group, false);
     Stores.push_back({G, standIn(), standIn(), IR.getSourceIndex(), Mine});
     LastStore = G;
   }

@@ -1,8 +1,8 @@
 // The extended model's load/store unit: an LSUnitBase in which a load waits for
 // every older store whose bytes it reads (store-to-load forwarding), or whose
 // address it 4K-aliases, at the addresses a harness model recorded. Stores keep
-// llvm-mca's order (after older stores, issued after older loads); loads no
-// longer wait for stores they do not touch.
+// llvm-mca's order (issued after older loads and stores, as its LSUnit does
+// with -noalias); a load waits for no store it does not touch.
 #pragma once
 
 #include "engine_impl.h"
