@@ -101,6 +101,9 @@ def test_accesses_are_recorded_once_and_the_model_is_chosen_on_val(ctx, warehous
     plain, extended = (float(x.split()[-1]) for x in why.split(", ")[1:3])
     assert mechanisms == (ENGINE_MECHANISMS if extended < plain else ()) and harness_name == "bhive"
     assert out["model"] == ctx.default_table()[1].model
+    later = steps.StepContext(ctx.db, ctx.engine, ctx.settings)  # a step after default_params, in another run
+    assert later.model() == (mechanisms, "bhive", f"auto: as default_params chose ({out['table_id']})")
+    assert later.default_table() == ctx.default_table()
 
 
 def test_the_training_device_is_chosen_and_checked(monkeypatch):

@@ -534,5 +534,5 @@ def latest_default_model(db: Db, mcpu: str) -> tuple[str, tuple[str, ...]] | Non
     )
     if rows.is_empty():
         return None
-    names = {m.split(":", 1)[1] for m in rows["mechanisms"][0] or []}
+    names = {m.split(":", 1)[1] for m in rows["mechanisms"].to_list()[0] or []}
     return rows["table_id"][0], tuple(m for m in extended.MECHANISMS if m in names)
