@@ -1,15 +1,19 @@
-"""Ablation of the extended model on a tuned warehouse: from each µarch's
-learned llvm-mca table, each mechanism alone and all of them, re-tuned by the
-direct search through the real engine on the train split, scored on test.
+"""Ablation of the extended model on a tuned warehouse, scored on test.
+
+Adding: from each µarch's learned llvm-mca table, each mechanism alone and all
+of them, re-tuned by the direct search through the real engine on the train
+split. Removing (``--extended``): from the µarch's newest table the pipeline
+learned under the extended model, that table as it is, and each mechanism
+turned off in turn, re-tuned the same way.
 
     .venv/bin/python bench/ablation.py --warehouse W.duckdb --data ../shared/data \
-        [--mcpu haswell skylake ivybridge] [--budget 60000] [--rounds 2] [--out ablation.json]
+        [--mcpu haswell skylake ivybridge] [--budget 60000] [--rounds 2] [--extended] [--out ablation.json]
 
-W is a warehouse the ``full`` profile tuned (llvm-mca's model); it is read,
-never written. Reported per configuration: test MAPE and Kendall tau, and the
-slices ``bottleneck:*`` (from W's block features), ``mem:store_load`` (a load
-reads bytes a store wrote, at BHive-harness addresses), ``alias:bhive`` (BHive's
-own may-alias list, with and without the harness model) and ``fe:above_16B``
+W is a warehouse the ``full`` profile tuned; it is read, never written.
+Reported per configuration: test MAPE and Kendall tau, and the slices
+``bottleneck:*`` (from W's block features), ``mem:store_load`` (a load reads
+bytes a store wrote, at BHive-harness addresses), ``alias:bhive`` (BHive's own
+may-alias list, with and without the harness model) and ``fe:above_16B``
 (blocks the learned llvm-mca table runs above 16 bytes a cycle: mean signed
 error).
 """
@@ -75,6 +79,7 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=60_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--configs", nargs="*", default=list(CONFIGS))
+    parser.add_argument("--extended", action="store_true", help="also remove mechanisms from the extended table")
     parser.add_argument("--out", type=Path, default=Path("ablation.json"))
     args = parser.parse_args()
     db = args.warehouse
@@ -82,8 +87,7 @@ def main() -> None:
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     for mcpu in args.mcpu:
         engine = Engine(mcpu)
-        learned_id = queries.latest_learned(db, mcpu)
-        learned = queries.load_table(db, learned_id)
+        learned_id, learned = _latest_learned(db, mcpu, extended=False)
         data = {s: split_blocks(engine, db, mcpu, s) for s in ("train", "val", "test")}
         all_blocks = [b for s in data.values() for b in s[1]]
         llvm = engine.default_table(all_blocks)
@@ -95,7 +99,7 @@ def main() -> None:
         ids, test_blocks, truth = data["test"]
         plain_test = engine.simulate(test_blocks, learned)
         nbytes = np.array([sum(len(h) // 2 for h in b.encoding) for b in test_blocks])
-        parent = queries.latest_learned_per_mcpu(db).filter(pl.col("mcpu") == mcpu)["parent_id"][0]
+        parent = queries.query("SELECT parent_id FROM param_tables WHERE table_id = ?", db, [learned_id]).item()
         bottleneck = dict(queries.bottlenecks(db, parent).iter_rows())
         store_load = np.array([_store_load(a) for a in found["test"]])
         hexes = [b.source[1] for b in test_blocks]
@@ -108,12 +112,20 @@ def main() -> None:
         for kind in sorted(set(bottleneck.values())):
             masks[f"bottleneck:{kind}"] = np.array([bottleneck.get(b) == kind for b in ids])
         print(f"{mcpu}: {len(ids)} test blocks; emulation {1e3 * emulation / len(all_blocks):.2f} ms/block", flush=True)
-        for name in args.configs:
-            mechanisms = CONFIGS[name]
+        runs = [(name, CONFIGS[name], learned) for name in args.configs]
+        if args.extended:
+            _, ext = _latest_learned(db, mcpu, extended=True)
+            runs.append(("extended (pipeline)", None, ext))
+            runs += [(f"extended − {m}", tuple(x for x in ext.mechanisms if x != m), ext) for m in ext.mechanisms]
+        for name, mechanisms, origin in runs:
             key = f"{mcpu}/{name}"
             if key in results:
                 continue
-            start = learned.with_model(mechanisms, "bhive") if mechanisms else learned
+            if mechanisms is None:  # the table as the pipeline learned it
+                mechanisms = origin.mechanisms
+            start = origin.with_model(mechanisms, "bhive") if mechanisms else origin
+            if origin is not learned and "front_end" in origin.mechanisms and "front_end" not in mechanisms:
+                start.globals["dispatch_width"] = llvm.globals["dispatch_width"]
             default = llvm.with_model(mechanisms, "bhive") if mechanisms else llvm
             blocks = attached if "memory" in mechanisms else data
             blocks = {s: (v if isinstance(v, list) else v[1]) for s, v in blocks.items()}
@@ -123,7 +135,7 @@ def main() -> None:
                 return mape(r.cycles[r.ok], truth_val[r.ok])
 
             t1 = time.perf_counter()
-            if mechanisms:
+            if start.mechanisms != origin.mechanisms or origin is learned and mechanisms:
                 table, _ = search(
                     engine,
                     blocks["train"],
@@ -135,7 +147,7 @@ def main() -> None:
                     log=lambda m: print("   ", m, flush=True),
                 )
             else:
-                table = learned
+                table = start
             r = engine.simulate(blocks["test"], table)
             row = figures(r.cycles.astype(float), r.ok, truth, masks)
             if "memory" in mechanisms:  # the may-alias blocks without the harness model
@@ -156,6 +168,17 @@ def main() -> None:
                 f">16B signed {100 * row['fe:above_16B']['signed']:+6.2f}% ({row['fe:above_16B']['n']})",
                 flush=True,
             )
+
+
+def _latest_learned(db: str, mcpu: str, extended: bool) -> tuple[str, ParamTable]:
+    """The newest table learned for ``mcpu`` under llvm-mca's model, or under the extended one."""
+    for table_id in queries.query(
+        "SELECT table_id FROM param_tables WHERE kind = 'learned' AND mcpu = ? ORDER BY created_at DESC", db, [mcpu]
+    )["table_id"]:
+        table = queries.load_table(db, table_id)
+        if bool(table.mechanisms) == extended:
+            return table_id, table
+    raise SystemExit(f"no table learned for {mcpu} under {'the extended' if extended else 'llvm-mca'}'s model in {db}")
 
 
 def _store_load(found: harness.Accesses) -> bool:
