@@ -95,7 +95,7 @@ def main() -> None:
         found = {s: [harness.accesses(b, "bhive") for b in data[s][1]] for s in data}
         emulation = time.perf_counter() - t0
         attached = {s: [a.attach(b) for a, b in zip(found[s], data[s][1])] for s in data}
-        symbolic = {s: [harness.accesses(b, "none").attach(b) for b in data[s][1]] for s in data}
+        symbolic_test = [harness.accesses(b, "none").attach(b) for b in data["test"][1]]
         ids, test_blocks, truth = data["test"]
         plain_test = engine.simulate(test_blocks, learned)
         nbytes = np.array([sum(len(h) // 2 for h in b.encoding) for b in test_blocks])
@@ -127,8 +127,7 @@ def main() -> None:
             if origin is not learned and "front_end" in origin.mechanisms and "front_end" not in mechanisms:
                 start.globals["dispatch_width"] = llvm.globals["dispatch_width"]
             default = llvm.with_model(mechanisms, "bhive") if mechanisms else llvm
-            blocks = attached if "memory" in mechanisms else data
-            blocks = {s: (v if isinstance(v, list) else v[1]) for s, v in blocks.items()}
+            blocks = attached if "memory" in mechanisms else {s: d[1] for s, d in data.items()}
 
             def score(t: ParamTable, engine=engine, val=blocks["val"], truth_val=data["val"][2]) -> float:
                 r = engine.simulate(val, t)
@@ -152,7 +151,7 @@ def main() -> None:
             row = figures(r.cycles.astype(float), r.ok, truth, masks)
             if "memory" in mechanisms:  # the may-alias blocks without the harness model
                 sym = table.with_model(table.mechanisms, "none")
-                rs = engine.simulate(symbolic["test"], sym)
+                rs = engine.simulate(symbolic_test, sym)
                 row["alias:bhive without harness"] = figures(
                     rs.cycles.astype(float), rs.ok, truth, {"x": masks["alias:bhive"]}
                 )["x"]
