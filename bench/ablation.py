@@ -29,6 +29,7 @@ import polars as pl
 
 from difftune_pipeline import harness
 from difftune_pipeline.engine import Engine, ParamTable
+from difftune_pipeline.engine.extended import EXTENDED, MECHANISMS
 from difftune_pipeline.model.metrics import kendall_tau, mape, signed_error
 from difftune_pipeline.tuners.search import SearchConfig, search
 from difftune_pipeline.warehouse import queries
@@ -39,7 +40,8 @@ CONFIGS = {
     "+ memory": ("memory",),
     "+ stack engine": ("stack_engine",),
     "+ move elimination": ("move_elimination",),
-    "all": ("front_end", "memory", "stack_engine", "move_elimination"),
+    "extended (front end, memory, stack engine)": EXTENDED,
+    "all four": MECHANISMS,
 }
 
 

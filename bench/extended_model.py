@@ -16,7 +16,7 @@ from common import add_data_argument, bhive_rows
 
 from difftune_pipeline import harness
 from difftune_pipeline.engine import Engine
-from difftune_pipeline.engine.extended import MECHANISMS
+from difftune_pipeline.engine.extended import EXTENDED
 
 
 def main() -> None:
@@ -32,7 +32,7 @@ def main() -> None:
     keep = [i for i, b in enumerate(blocks) if b.ok]
     blocks, measured = [blocks[i] for i in keep], np.array([rows[i][1] for i in keep])
     plain = engine.default_table(blocks)
-    extended = plain.with_model(MECHANISMS, "bhive")
+    extended = plain.with_model(EXTENDED, "bhive")
 
     t0 = time.perf_counter()
     found = [harness.accesses(b, "bhive") for b in blocks]
@@ -52,7 +52,7 @@ def main() -> None:
     n = len(blocks)
     print(f"{n} BHive blocks, -mcpu={args.mcpu}, 100 iterations, {args.threads} threads")
     print(f"llvm-mca model : {n / t_plain:8.1f} simulations/s")
-    print(f"extended model : {n / t_ext:8.1f} simulations/s  ({', '.join(MECHANISMS)}; harness bhive)")
+    print(f"extended model : {n / t_ext:8.1f} simulations/s  ({', '.join(EXTENDED)}; harness bhive)")
     print(f"ratio extended/llvm-mca: {t_plain / t_ext:.2f}x")
     print(f"emulation: {1e3 * t_emulate / n:.2f} ms per block ({t_emulate:.1f} s in all, one thread)")
     for reason, count in reasons.most_common(8):

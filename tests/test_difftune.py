@@ -10,7 +10,7 @@ from difftune_pipeline import steps
 from difftune_pipeline.cli import app
 from difftune_pipeline.config import override, settings_for
 from difftune_pipeline.engine import Engine
-from difftune_pipeline.engine.extended import MECHANISMS as ENGINE_MECHANISMS
+from difftune_pipeline.engine.extended import EXTENDED
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.surrogates.base import training_device
 from difftune_pipeline.warehouse import connection as store
@@ -99,7 +99,7 @@ def test_accesses_are_recorded_once_and_the_model_is_chosen_on_val(ctx, warehous
     mechanisms, harness_name, why = ctx.model()
     assert why.startswith("auto: val MAPE of the default tables")
     plain, extended = (float(x.split()[-1]) for x in why.split(", ")[1:3])
-    assert mechanisms == (ENGINE_MECHANISMS if extended < plain else ()) and harness_name == "bhive"
+    assert mechanisms == (EXTENDED if extended < plain else ()) and harness_name == "bhive"
     assert out["model"] == ctx.default_table()[1].model
     later = steps.StepContext(ctx.db, ctx.engine, ctx.settings)  # a step after default_params, in another run
     assert later.model() == (mechanisms, "bhive", f"auto: as default_params chose ({out['table_id']})")

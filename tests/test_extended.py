@@ -7,7 +7,7 @@ import json
 import pytest
 
 from difftune_pipeline import harness
-from difftune_pipeline.engine import Engine, InvalidTable, ParamTable
+from difftune_pipeline.engine import Engine, InvalidTable, ParamTable, extended
 from difftune_pipeline.engine.reference import llvm_mca_many
 
 ITER = 100
@@ -235,3 +235,25 @@ def test_engine_refuses_out_of_range_parameters_and_unsupported_cpus(haswell, ba
         zen.compile(table)
     with pytest.raises(ValueError, match="no front-end rules"):
         Engine("znver1").default_table().with_model(("front_end",))
+
+
+@pytest.mark.parametrize(
+    "name,mechanisms",
+    [
+        ("auto", None),
+        ("llvm-mca", ()),
+        ("extended", ("front_end", "memory", "stack_engine")),
+        ("extended+move_elimination", ("front_end", "memory", "stack_engine", "move_elimination")),
+        ("llvm-mca+stack_engine+front_end", ("front_end", "stack_engine")),
+    ],
+)
+def test_model_names(name, mechanisms):
+    assert extended.parse(name) == mechanisms
+
+
+@pytest.mark.parametrize(
+    "name,message", [("uica", "unknown model"), ("extended+branch_predictor", "unknown mechanism")]
+)
+def test_bad_model_names_are_refused(name, message):
+    with pytest.raises(ValueError, match=message):
+        extended.parse(name)
