@@ -105,6 +105,28 @@ def test_store_to_load_through_registers_the_harness_makes_equal(haswell, base):
     assert bhive >= 5 * plain
 
 
+def test_stores_wait_for_no_other_memory_operation(haswell, base):
+    # llvm-mca issues a store after older loads and stores: here the second store
+    # would wait for the first, whose data the load gives, and the next load for
+    # the second store: a chain an iteration long. Stores execute when their
+    # operands are ready, so only the store port bounds the loop.
+    block = "movq (%rdi), %rax\nmovq %rax, 64(%rdi)\nmovq %rbx, (%rdi)"
+    assert cycles(haswell, block, model(base, ("memory",)), "none") <= 2.2 * ITER
+    chained = "movq (%rdi), %rax\nmovq %rax, (%rdi)"  # the store's data is the load's: the chain is real
+    assert cycles(haswell, chained, model(base, ("memory",)), "none") >= 6 * ITER
+
+
+def test_a_load_no_store_holds_whole_waits_for_the_store_to_retire(haswell, base):
+    # Widths come from the harness (symbolic addresses are a byte wide).
+    wider = "movl %eax, (%rdi)\nmovq (%rdi), %rbx"  # 8 bytes read, 4 of them stored: no forwarding
+    within = "movq %rax, (%rdi)\nmovl 4(%rdi), %ebx"  # 4 bytes read from 8 stored: forwarded
+    assert cycles(haswell, within, model(base, ("memory",), "bhive"), "bhive") <= 1.2 * ITER
+    failed = cycles(haswell, wider, model(base, ("memory",), "bhive", store_forward_fail_penalty=0), "bhive")
+    assert failed >= 5 * ITER  # in-order retirement makes the wait a chain across iterations
+    slower = cycles(haswell, wider, model(base, ("memory",), "bhive", store_forward_fail_penalty=10), "bhive")
+    assert slower >= failed + 9 * ITER
+
+
 def test_4k_aliasing_penalty(haswell, base):
     block = haswell.parse_asm(STORE_LOAD_SAME)
     rows = [(k, 0, 0x1000, 8, True) for k in range(2)] + [(k, 1, 0x3000, 8, False) for k in range(2)]

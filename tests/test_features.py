@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from difftune_pipeline.model.features import block_features, containment, features_frame
-from difftune_pipeline.model.graph import BlockGraphs, dependencies, latency_bounds
+from difftune_pipeline.model.graph import BlockGraphs, dependencies, latency_bounds, memory_dependencies
 
 
 def test_operands_come_from_llvm(haswell):
@@ -30,6 +30,24 @@ def test_latency_bound_of_a_carried_chain(haswell):
     graphs = BlockGraphs.build([dependencies(block.operands)], [2])
     chain, carried = latency_bounds(torch.tensor([[3.0, 3.0]]), torch.zeros(1, 2), graphs.select([0]))
     assert chain.tolist() == [6.0] and carried.tolist() == [6.0]
+
+
+def test_recorded_store_load_edges_are_forwarded_or_failed(haswell):
+    # movl %eax, (%rdi); movq (%rdi), %rbx; movq %rbx, 8(%rdi); movl 8(%rdi), %ecx:
+    # the first load reads 8 bytes of a 4-byte store, the second 4 of an 8-byte one.
+    block = haswell.parse_asm("movl %eax, (%rdi)\nmovq (%rdi), %rbx\nmovq %rbx, 8(%rdi)\nmovl 8(%rdi), %ecx")
+    rows = [(k, 0, 0, 4, True) for k in (0, 1)] + [(k, 1, 0, 8, False) for k in (0, 1)]
+    rows += [(k, 2, 8, 8, True) for k in (0, 1)] + [(k, 3, 8, 4, False) for k in (0, 1)]
+    edges = {(e.src, e.dst, e.distance, e.forwarded) for e in memory_dependencies(rows, 4)}
+    assert edges == {(0, 1, 0, False), (2, 3, 0, True)}
+    deps = [e for e in dependencies(block.operands) if e.kind != "memory"] + memory_dependencies(rows, 4)
+    graph = BlockGraphs.build([deps], [4], memory=True).select([0])
+    latency = torch.tensor([[1.0, 5.0, 1.0, 5.0]])
+    fail = torch.tensor([10.0], requires_grad=True)
+    chain, _ = latency_bounds(latency, torch.zeros(1, 4), graph, torch.tensor([2.0]), fail)
+    assert chain.item() == 1 + 10 + 5 + 1 + 2 + 5  # store, failed, load, store, forwarded, load
+    chain.backward()
+    assert fail.grad.item() == 1.0  # the penalty is learnable through the surrogate
 
 
 def test_features_and_bounds_track_the_engine(haswell, sample_rows):

@@ -1,8 +1,10 @@
 """Ingestion: every row accounted for, bad rows quarantined with reasons, idempotent."""
 
+import polars as pl
 import pytest
 
 from conftest import SAMPLE
+from difftune_pipeline.engine import InvalidTable, ParamTable
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.ingest.blocks import block_id, split_of
 from difftune_pipeline.warehouse import connection as store
@@ -179,6 +181,21 @@ def test_a_warehouse_of_an_older_version_is_migrated_by_its_first_reader(haswell
     assert queries.batches(warehouse).select("batch_id", "status").rows() == [("b1", "ok")]
     assert _count(warehouse, "SELECT max(version) FROM schema_version") == len(schema.MIGRATIONS)
     assert _count(warehouse, "SELECT count(*) FROM usable_measurements") == 0
+
+
+def test_tables_stored_before_the_failed_forwarding_penalty_load_with_its_default(haswell, warehouse):
+    con = store.connect(warehouse)
+    table = haswell.default_table().with_model(("memory",), "bhive")
+    queries.save_table(con, "old", table, kind="imported")
+    con.execute("DELETE FROM param_values WHERE param = 'store_forward_fail_penalty'")
+    con.execute("DELETE FROM schema_version WHERE version = ?", [len(schema.MIGRATIONS)])  # as 5 left it
+    con.close()
+    before = ParamTable.from_frame(
+        table.to_frame().filter(pl.col("param") != "store_forward_fail_penalty"), "haswell", "19"
+    )
+    with pytest.raises(InvalidTable, match="store_forward_fail_penalty"):
+        haswell.compile(before)
+    assert queries.load_table(warehouse, "old").to_dict() == table.to_dict()
 
 
 def test_schema_migrations_are_recorded(warehouse):

@@ -25,7 +25,7 @@ MECHANISMS = ("front_end", "memory", "stack_engine", "move_elimination")
 EXTENDED = ("front_end", "memory", "stack_engine")
 PARAMETERS: dict[str, tuple[str, ...]] = {
     "front_end": ("predecode_bytes", "decoders", "simple_decoder_uops", "uop_queue_size", "issue_width"),
-    "memory": ("store_forward_latency", "alias_4k_penalty"),
+    "memory": ("store_forward_latency", "alias_4k_penalty", "store_forward_fail_penalty"),
     "stack_engine": ("stack_sync_uops",),
     "move_elimination": ("moves_eliminated",),
 }
@@ -65,6 +65,7 @@ _COMMON = {
     "issue_width": 4,
     "store_forward_latency": 0,
     "alias_4k_penalty": 5,
+    "store_forward_fail_penalty": 10,
     "stack_sync_uops": 1,
     "moves_eliminated": 4,
 }

@@ -219,6 +219,7 @@ class _Globals(BaseModel):
     issue_width: _int("issue_width") | None = None
     store_forward_latency: _int("store_forward_latency") | None = None
     alias_4k_penalty: _int("alias_4k_penalty") | None = None
+    store_forward_fail_penalty: _int("store_forward_fail_penalty") | None = None
     stack_sync_uops: _int("stack_sync_uops") | None = None
     moves_eliminated: _int("moves_eliminated") | None = None
 

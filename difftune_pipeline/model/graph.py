@@ -8,7 +8,9 @@ iterations; an edge costs the producer's latency, less the consumer's
 ReadAdvance when it is a register operand (not an address). Store→load edges
 are timed only under the extended model's memory mechanism (llvm-mca assumes no
 aliasing), from the addresses a harness model recorded, at the producer's
-latency plus the store-to-load forwarding latency.
+latency plus the store-to-load forwarding latency, or plus the failed-forwarding
+penalty when no one store access holds all the bytes the load reads (the engine
+counts that penalty from the store's retirement).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class Edge:
     dst: int
     distance: int  # 0: within an iteration; 1: from the previous iteration
     kind: str  # "register" | "address" (a register of the address) | "memory" (store -> load)
+    forwarded: bool = True  # memory: the store holds every byte the load reads there
 
 
 def dependencies(operands: list[dict]) -> list[Edge]:
@@ -49,16 +52,21 @@ def dependencies(operands: list[dict]) -> list[Edge]:
 def memory_dependencies(accesses: list[tuple], n: int) -> list[Edge]:
     """Store→load edges from recorded accesses ``(iteration, instruction, address,
     bytes, store)``: each load of the second iteration depends on the last store
-    before it (this iteration, else the previous one) whose bytes it reads."""
+    before it (this iteration, else the previous one) whose bytes it reads;
+    ``forwarded`` when that store holds all of them."""
     stores = {k: [(i, a, w) for it, i, a, w, st in accesses if it == k and st] for k in (0, 1)}
     edges = set()
     for it, j, address, width, store in accesses:
         if it != 1 or store:
             continue
         for k, distance in ((1, 0), (0, 1)):
-            hits = [i for i, a, w in stores[k] if (i < j or distance) and a < address + width and address < a + w]
+            hits = [
+                (i, a, w) for i, a, w in stores[k] if (i < j or distance) and a < address + width and address < a + w
+            ]
             if hits:
-                edges.add(Edge(max(hits), j, distance, "memory"))
+                i = max(h[0] for h in hits)
+                whole = any(a <= address and address + width <= a + w for h, a, w in hits if h == i)
+                edges.add(Edge(i, j, distance, "memory", whole))
                 break
     return sorted(edges, key=lambda e: (e.dst, e.src))
 
@@ -82,7 +90,8 @@ class BatchGraph:
     dst: torch.Tensor  # [E] consumer (b * width + j)
     carried: torch.Tensor  # [E] bool: from the previous iteration
     register: torch.Tensor  # [E] bool: a register operand (ReadAdvance applies), not an address
-    memory: torch.Tensor  # [E] bool: store -> load (forwarding latency applies)
+    memory: torch.Tensor  # [E] bool: store -> load, forwarded (forwarding latency applies)
+    failed: torch.Tensor  # [E] bool: store -> load, not forwarded (the failed-forwarding penalty applies)
     depth: int  # the longest within-iteration chain of the batch, in edges
     width: int
 
@@ -91,7 +100,7 @@ class BatchGraph:
 class BlockGraphs:
     """The timed dependency graphs of many blocks; ``select`` makes a batch."""
 
-    edges: list[torch.Tensor]  # per block [E, 5]: src, dst, carried, register, memory
+    edges: list[torch.Tensor]  # per block [E, 6]: src, dst, carried, register, forwarded, failed
     sizes: list[int]  # instructions per block
     depth: torch.Tensor  # per block: its longest within-iteration chain, in edges
 
@@ -104,9 +113,18 @@ class BlockGraphs:
             timed = [e for e in deps if memory or e.kind != "memory"]
             timed_edges.append(
                 torch.tensor(
-                    [[e.src, e.dst, e.distance, e.kind == "register", e.kind == "memory"] for e in timed],
+                    [
+                        [
+                            e.src,
+                            e.dst,
+                            e.distance,
+                            e.kind == "register",
+                            *((e.forwarded, not e.forwarded) if e.kind == "memory" else (0, 0)),
+                        ]
+                        for e in timed
+                    ],
                     dtype=torch.long,
-                ).reshape(-1, 5)
+                ).reshape(-1, 6)
             )
             longest = [0] * n
             for e in sorted((e for e in timed if e.distance == 0), key=lambda e: e.dst):
@@ -116,23 +134,38 @@ class BlockGraphs:
 
     def select(self, idx: list[int]) -> BatchGraph:
         width = max(1, max(self.sizes[i] for i in idx))
-        shifted = [self.edges[i] + torch.tensor([b * width, b * width, 0, 0, 0]) for b, i in enumerate(idx)]
-        e = torch.cat(shifted) if shifted else torch.zeros(0, 5, dtype=torch.long)
+        shifted = [self.edges[i] + torch.tensor([b * width, b * width, 0, 0, 0, 0]) for b, i in enumerate(idx)]
+        e = torch.cat(shifted) if shifted else torch.zeros(0, 6, dtype=torch.long)
         return BatchGraph(
-            e[:, 0], e[:, 1], e[:, 2].bool(), e[:, 3].bool(), e[:, 4].bool(), int(self.depth[idx].max()), width
+            e[:, 0],
+            e[:, 1],
+            e[:, 2].bool(),
+            e[:, 3].bool(),
+            e[:, 4].bool(),
+            e[:, 5].bool(),
+            int(self.depth[idx].max()),
+            width,
         )
 
 
 def latency_bounds(
-    latency: torch.Tensor, advance: torch.Tensor, graph: BatchGraph, forward: torch.Tensor | float = 0.0
+    latency: torch.Tensor,
+    advance: torch.Tensor,
+    graph: BatchGraph,
+    forward: torch.Tensor | float = 0.0,
+    fail: torch.Tensor | float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(critical path of one iteration, loop-carried cycles per iteration) of each
     block with unlimited resources; ``latency`` and ``advance`` are [B, width]
-    (padding zero), ``forward`` the store-to-load forwarding latency ([B] or a
-    number). Differentiable almost everywhere."""
+    (padding zero), ``forward`` the store-to-load forwarding latency and ``fail``
+    the failed-forwarding penalty ([B] or a number). Differentiable almost everywhere."""
     flat_lat = latency.reshape(-1)
-    extra = torch.as_tensor(forward, dtype=flat_lat.dtype).expand(latency.shape[0])
-    extra = extra.repeat_interleave(graph.width)[graph.dst] * graph.memory
+
+    def per_edge(value: torch.Tensor | float) -> torch.Tensor:
+        v = torch.as_tensor(value, dtype=flat_lat.dtype).expand(latency.shape[0])
+        return v.repeat_interleave(graph.width)[graph.dst]
+
+    extra = per_edge(forward) * graph.memory + per_edge(fail) * graph.failed
     weight = torch.relu(flat_lat[graph.src] + extra - advance.reshape(-1)[graph.dst] * graph.register)  # [E]
     same, carried = ~graph.carried, graph.carried
 

@@ -34,6 +34,7 @@ EXTRA_SAMPLING: dict[str, dict] = {
     "issue_width": {"range": (2, 8), "step": 1},
     "store_forward_latency": {"range": (0, 8), "step": 2},
     "alias_4k_penalty": {"range": (0, 12), "step": 3},
+    "store_forward_fail_penalty": {"range": (0, 20), "step": 4},
     "stack_sync_uops": {"range": (0, 3), "step": 1},
     "moves_eliminated": {"range": (1, 6), "step": 1},
 }

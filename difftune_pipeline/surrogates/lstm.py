@@ -37,6 +37,7 @@ GLOBAL_SCALES = {
     "issue_width": 4.0,
     "store_forward_latency": 4.0,
     "alias_4k_penalty": 5.0,
+    "store_forward_fail_penalty": 10.0,
     "stack_sync_uops": 1.0,
     "moves_eliminated": 4.0,
 }

@@ -9,7 +9,8 @@ Per iteration a block needs at least
   few iterations with latencies, less ReadAdvance on register operands, a
   max-plus recurrence (differentiable almost everywhere); under the extended
   model's memory mechanism, store→load edges (from the block's recorded
-  accesses) cost the store's latency plus the forwarding latency;
+  accesses) cost the store's latency plus the forwarding latency, or plus the
+  failed-forwarding penalty when no one store access holds the bytes the load reads;
 - under the extended model's front end: its bytes over the predecode width,
   its decoded instructions (a macro-fused pair counts once) over the decoders,
   its fused µops (µops less what micro-fusion saves) over the issue width.
@@ -137,8 +138,12 @@ def bounds(
     def g(name: str) -> torch.Tensor:
         return globals_[:, names.index(name)].clamp(min=1.0)
 
-    forward = globals_[:, names.index("store_forward_latency")] if "store_forward_latency" in names else 0.0
-    chain, recurrence = latency_bounds(lat, adv, batch.graph, forward)
+    def optional(name: str) -> torch.Tensor | float:
+        return globals_[:, names.index(name)] if name in names else 0.0
+
+    chain, recurrence = latency_bounds(
+        lat, adv, batch.graph, optional("store_forward_latency"), optional("store_forward_fail_penalty")
+    )
     per_iteration = [pressure, dispatch, recurrence]
     if "issue_width" in names:
         fused = torch.maximum(uops - batch.micro, uops.clamp(max=1.0)) * (1.0 - batch.macro)

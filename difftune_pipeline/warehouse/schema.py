@@ -195,6 +195,14 @@ MIGRATIONS: list[str] = [
     -- mean (predicted - measured) / measured: whether a slice is predicted too fast or too slow
     ALTER TABLE evaluations ADD COLUMN mean_signed_error DOUBLE;
     """,
+    """
+    -- The memory mechanism's failed store-to-load forwarding: tables stored
+    -- before it get its default (extended.py), so that they load again.
+    INSERT INTO param_values
+        SELECT table_id, '*', 'store_forward_fail_penalty', 0, 10 FROM param_values
+        WHERE opcode = '*' AND param = 'mechanism:memory'
+        AND table_id NOT IN (SELECT table_id FROM param_values WHERE param = 'store_forward_fail_penalty');
+    """,
 ]
 
 

@@ -68,6 +68,7 @@ dt::Globals globalsFromDict(nb::dict G) {
   if (Gl.memory) {
     get("store_forward_latency", Gl.store_forward_latency);
     get("alias_4k_penalty", Gl.alias_4k_penalty);
+    get("store_forward_fail_penalty", Gl.store_forward_fail_penalty);
   }
   if (Gl.stack_engine) get("stack_sync_uops", Gl.stack_sync_uops);
   if (Gl.move_elimination) get("moves_eliminated", Gl.moves_eliminated);
@@ -96,6 +97,7 @@ NB_MODULE(_engine, m) {
   Limits["issue_width"] = nb::make_tuple(L::kIssueWidthMin, L::kIssueWidthMax);
   Limits["store_forward_latency"] = nb::make_tuple(L::kMemoryLatencyMin, L::kMemoryLatencyMax);
   Limits["alias_4k_penalty"] = nb::make_tuple(L::kMemoryLatencyMin, L::kMemoryLatencyMax);
+  Limits["store_forward_fail_penalty"] = nb::make_tuple(L::kMemoryLatencyMin, L::kMemoryLatencyMax);
   Limits["stack_sync_uops"] = nb::make_tuple(L::kStackSyncUopsMin, L::kStackSyncUopsMax);
   Limits["moves_eliminated"] = nb::make_tuple(L::kMovesEliminatedMin, L::kMovesEliminatedMax);
   m.attr("LIMITS") = Limits;

@@ -7,6 +7,10 @@ namespace {
 
 bool overlap(uint64_t A, int ASize, uint64_t B, int BSize) { return A < B + BSize && B < A + ASize; }
 
+bool contains(const Access &Outer, const Access &Inner) {
+  return Outer.address <= Inner.address && Inner.address + Inner.size <= Outer.address + Outer.size;
+}
+
 // 4K aliasing: the low 12 bits of the two accesses overlap while the addresses do not.
 bool alias4k(const Access &X, const Access &Y) {
   return !overlap(X.address, X.size, Y.address, Y.size) &&
@@ -54,29 +58,27 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
   const unsigned G = createMemoryGroup();
   mca::MemoryGroup &Group = getGroup(G);
   Group.addInstruction();
-  // Stores whose stand-ins have both completed constrain nothing any more.
-  while (!Stores.empty() && !isValidGroupID(Stores.front().Forward) && !isValidGroupID(Stores.front().Alias))
-    Stores.pop_front();
+  // Stores whose stand-ins have all completed constrain nothing any more.
+  auto Done = [this](const Store &S) {
+    return !isValidGroupID(S.Forward) && !isValidGroupID(S.Alias) && !isValidGroupID(S.Fail);
+  };
+  while (!Stores.empty() && Done(Stores.front())) Stores.pop_front();
   const std::vector<Access> Mine = accessesOf(IR.getSourceIndex());
   if (IS.getMayLoad())
     for (const Store &S : Stores) {
-      bool Forward = false, Alias = false;
+      bool Forward = false, Fail = false, Alias = false;
       for (const Access &L : Mine)
         for (const Access &W : S.Bytes)
           if (!L.store && W.store) {
-            Forward |= overlap(L.address, L.size, W.address, W.size);
+            const bool Reads = overlap(L.address, L.size, W.address, W.size);
+            Forward |= Reads && contains(W, L);
+            Fail |= Reads && !contains(W, L);
             Alias |= Map.Exact && alias4k(L, W);
           }
-      const unsigned From = Forward ? S.Forward : Alias ? S.Alias : 0;
+      const unsigned From = Fail ? S.Fail : Forward ? S.Forward : Alias ? S.Alias : 0;
       if (From && isValidGroupID(From)) getGroup(From).addSuccessor(&Group, true);
     }
-  if (IS.getMayStore()) {  // issued in order after older loads and stores, as llvm-mca's -noalias LSUnit does
-    if (isValidGroupID(LastLoad)) getGroup(LastLoad).addSuccessor(&Group, false);
-    if (isValidGroupID(LastStore)) getGroup(LastStore).addSuccessor(&Group, false);
-    Stores.push_back({G, standIn(), standIn(), IR.getSourceIndex(), Mine});
-    LastStore = G;
-  }
-  if (IS.getMayLoad()) LastLoad = G;
+  if (IS.getMayStore()) Stores.push_back({G, standIn(), standIn(), standIn(), IR.getSourceIndex(), Mine});
   return G;
 }
 
@@ -85,7 +87,7 @@ void MemoryUnit::onInstructionIssued(const mca::InstRef &IR) {
   if (!IR.getInstruction()->isMemOp()) return;
   LSUnitBase::onInstructionIssued(IR);
   if (Store *S = storeOf(IR.getInstruction()->getLSUTokenID()))
-    for (unsigned G : {S->Forward, S->Alias}) getGroup(G).onInstructionIssued(IR);
+    for (unsigned G : {S->Forward, S->Alias, S->Fail}) getGroup(G).onInstructionIssued(IR);
 }
 
 // A stand-in completes through the base class (which then forgets it), with
@@ -100,18 +102,27 @@ void MemoryUnit::onInstructionExecuted(const mca::InstRef &IR) {
   const unsigned Token = IR.getInstruction()->getLSUTokenID();
   LSUnitBase::onInstructionExecuted(IR);
   if (Store *S = storeOf(Token)) {
-    for (auto [G, Delay] : {std::pair{S->Forward, ForwardDelay}, std::pair{S->Alias, AliasDelay}}) {
-      if (Delay == 0)
-        complete(G, IR.getSourceIndex());
-      else
-        Pending.push_back({Cycle + Delay, G, IR.getSourceIndex()});
-    }
+    schedule(S->Forward, ForwardDelay, IR.getSourceIndex());
+    schedule(S->Alias, AliasDelay, IR.getSourceIndex());
   }
+}
+
+void MemoryUnit::onInstructionRetired(const mca::InstRef &IR) {
+  const unsigned Token = IR.getInstruction()->getLSUTokenID();
+  LSUnitBase::onInstructionRetired(IR);
+  if (Store *S = storeOf(Token)) schedule(S->Fail, FailDelay, IR.getSourceIndex());
+}
+
+void MemoryUnit::schedule(unsigned Group, unsigned Delay, unsigned SourceIndex) {
+  if (Delay == 0)
+    complete(Group, SourceIndex);
+  else
+    Pending.push_back({Cycle + Delay, Group, SourceIndex});
 }
 
 unsigned MemoryUnit::oldestReferenced() const {
   for (const Store &S : Stores)
-    if (isValidGroupID(S.Forward) || isValidGroupID(S.Alias)) return S.SourceIndex;
+    if (isValidGroupID(S.Forward) || isValidGroupID(S.Alias) || isValidGroupID(S.Fail)) return S.SourceIndex;
   return ~0u;
 }
 

@@ -1,8 +1,10 @@
 // The extended model's load/store unit: an LSUnitBase in which a load waits for
-// every older store whose bytes it reads (store-to-load forwarding), or whose
-// address it 4K-aliases, at the addresses a harness model recorded. Stores keep
-// llvm-mca's order (issued after older loads and stores, as its LSUnit does
-// with -noalias); a load waits for no store it does not touch.
+// every older store whose bytes it reads, at the addresses a harness model
+// recorded: forwarded from the store when one store access holds all the bytes
+// the load reads there, or else after the store retires (a failed forward); a
+// load whose address only 4K-aliases an older store's waits too. Nothing else
+// orders memory operations: a load waits for no store it does not touch, and
+// stores execute when their operands are ready (they commit in order anyway).
 #pragma once
 
 #include "engine_impl.h"
@@ -15,9 +17,9 @@ namespace dt {
 
 class MemoryUnit final : public llvm::mca::LSUnitBase {
   // A store in flight, and the stand-in groups through which loads wait for it:
-  // each "executes" its delay after the store does.
+  // each "executes" its delay after the store executes (Fail: retires).
   struct Store {
-    unsigned Group = 0, Forward = 0, Alias = 0;  // its own group and its stand-ins
+    unsigned Group = 0, Forward = 0, Alias = 0, Fail = 0;  // its own group and its stand-ins
     unsigned SourceIndex = 0;
     std::vector<Access> Bytes;
   };
@@ -27,8 +29,7 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
   };
 
   const MemoryMap &Map;
-  const unsigned BlockSize, ForwardDelay, AliasDelay;
-  unsigned LastStore = 0, LastLoad = 0;  // group ids, as in llvm-mca's LSUnit
+  const unsigned BlockSize, ForwardDelay, AliasDelay, FailDelay;
   std::deque<Store> Stores;
   std::vector<Due> Pending;
   uint64_t Cycle = 0;
@@ -39,16 +40,18 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
   Store *storeOf(unsigned Group);
   unsigned standIn();
   void complete(unsigned Group, unsigned SourceIndex);
+  void schedule(unsigned Group, unsigned Delay, unsigned SourceIndex);
 
  public:
   MemoryUnit(const llvm::MCSchedModel &SM, const MemoryMap &Map, unsigned BlockSize,
-             unsigned ForwardDelay, unsigned AliasDelay)
+             unsigned ForwardDelay, unsigned AliasDelay, unsigned FailDelay)
       : LSUnitBase(SM, 0, 0, /*AssumeNoAlias=*/true), Map(Map), BlockSize(BlockSize),
-        ForwardDelay(ForwardDelay), AliasDelay(AliasDelay) {}
+        ForwardDelay(ForwardDelay), AliasDelay(AliasDelay), FailDelay(FailDelay) {}
   Status isAvailable(const llvm::mca::InstRef &IR) const override;
   unsigned dispatch(const llvm::mca::InstRef &IR) override;
   void onInstructionIssued(const llvm::mca::InstRef &IR) override;
   void onInstructionExecuted(const llvm::mca::InstRef &IR) override;
+  void onInstructionRetired(const llvm::mca::InstRef &IR) override;
   void cycleEvent() override;
   // The oldest instruction a stand-in may still read (a store whose stand-ins
   // have not completed): the front end keeps it and everything after it alive.

@@ -66,6 +66,8 @@ void applyGlobals(const EngineImpl &E, const Globals &G, const Globals &Default,
                Limits::kMemoryLatencyMin, Limits::kMemoryLatencyMax);
     checkRange("globals", "alias_4k_penalty", G.alias_4k_penalty, Limits::kMemoryLatencyMin,
                Limits::kMemoryLatencyMax);
+    checkRange("globals", "store_forward_fail_penalty", G.store_forward_fail_penalty, Limits::kMemoryLatencyMin,
+               Limits::kMemoryLatencyMax);
   }
   if (G.stack_engine)
     checkRange("globals", "stack_sync_uops", G.stack_sync_uops, Limits::kStackSyncUopsMin,
