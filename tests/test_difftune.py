@@ -1,5 +1,8 @@
 """DiffTune steps end to end on the sample, idempotence, and resumable simulations."""
 
+import shutil
+from pathlib import Path
+
 import dagster as dg
 import pytest
 import torch
@@ -33,10 +36,57 @@ TINY = settings_for(
 )
 
 
-@pytest.fixture
-def ctx(haswell, warehouse):
-    ingest.ingest_measurements(SAMPLE / "bhive_hsw_sample.csv", "haswell", warehouse, haswell)
+def _copy(template: Path, warehouse: Path) -> None:
+    for suffix in ("", ".wal"):
+        if template.with_name(template.name + suffix).exists():
+            shutil.copy(template.with_name(template.name + suffix), warehouse.with_name(warehouse.name + suffix))
+
+
+def _ingested(engine: Engine, warehouse: Path) -> steps.StepContext:
+    ingest.ingest_measurements(SAMPLE / "bhive_hsw_sample.csv", "haswell", warehouse, engine)
     ingest.assign_splits(warehouse)
+    return steps.StepContext(str(warehouse), engine, TINY)
+
+
+@pytest.fixture
+def fresh(haswell, warehouse) -> steps.StepContext:
+    """The sample ingested and split, nothing else."""
+    return _ingested(haswell, warehouse)
+
+
+@pytest.fixture(scope="module")
+def chosen_template(haswell, tmp_path_factory) -> Path:
+    """A warehouse whose accesses are recorded and whose model default_params chose."""
+    ctx = _ingested(haswell, tmp_path_factory.mktemp("chosen") / "w.duckdb")
+    steps.record_accesses(ctx)
+    steps.default_params(ctx)
+    return Path(ctx.db)
+
+
+@pytest.fixture(scope="module")
+def simulated_template(haswell, chosen_template, tmp_path_factory) -> Path:
+    """That warehouse with the sampled tables simulated and the structured surrogate trained."""
+    db = tmp_path_factory.mktemp("simulated") / "w.duckdb"
+    _copy(chosen_template, db)
+    ctx = steps.StepContext(str(db), haswell, TINY)
+    steps.sampled_tables(ctx)
+    for s in range(2):
+        steps.simulate_shard(ctx, s)
+    steps.train_surrogate(ctx, log=lambda *_: None)
+    return db
+
+
+@pytest.fixture
+def ctx(haswell, warehouse, chosen_template) -> steps.StepContext:
+    """A copy of ``chosen_template``: each test changes its own warehouse."""
+    _copy(chosen_template, warehouse)
+    return steps.StepContext(str(warehouse), haswell, TINY)
+
+
+@pytest.fixture
+def simulated(haswell, warehouse, simulated_template) -> steps.StepContext:
+    """A copy of ``simulated_template``."""
+    _copy(simulated_template, warehouse)
     return steps.StepContext(str(warehouse), haswell, TINY)
 
 
@@ -78,7 +128,8 @@ def test_stages_end_to_end_and_again_without_work(ctx, warehouse):
     assert {t: _count(warehouse, t) for t in counts} == counts
 
 
-def test_accesses_are_recorded_once_and_the_model_is_chosen_on_val(ctx, warehouse):
+def test_accesses_are_recorded_once_and_the_model_is_chosen_on_val(fresh, warehouse):
+    ctx = fresh
     out = steps.record_accesses(ctx)
     assert out["new"] == out["blocks"] == out["recorded"] > 1000 and out["harness"] == "bhive"
     assert out["emulated"] + sum(out["fallbacks"].values()) == out["blocks"]
@@ -190,10 +241,8 @@ def test_materialise_the_whole_graph_with_the_cli(tmp_path, monkeypatch):
     assert moved.exit_code == 0 and moved.stdout.startswith("opcode,param,idx,base,value,delta")
 
 
-def test_a_tuning_change_reuses_the_surrogate_and_relearns(ctx):
-    steps.sampled_tables(ctx)
-    for s in range(2):
-        steps.simulate_shard(ctx, s)
+def test_a_tuning_change_reuses_the_surrogate_and_relearns(simulated):
+    ctx = simulated
     first = steps.train_surrogate(ctx, log=lambda *_: None)
     learned = steps.learn(ctx, log=lambda *_: None)
     retuned = steps.StepContext(ctx.db, ctx.engine, override(TINY, {"tune.steps": 3}))
@@ -206,10 +255,8 @@ def test_a_tuning_change_reuses_the_surrogate_and_relearns(ctx):
     "model, tuner",
     [("ithemal", "surrogate"), ("structured", "surrogate"), ("structured", "direct"), ("structured", "combined")],
 )
-def test_each_surrogate_and_tuner_learns_a_valid_table_no_worse_on_val(ctx, model, tuner):
-    steps.sampled_tables(ctx)
-    for s in range(2):
-        steps.simulate_shard(ctx, s)
+def test_each_surrogate_and_tuner_learns_a_valid_table_no_worse_on_val(simulated, model, tuner):
+    ctx = simulated
     chosen = steps.StepContext(ctx.db, ctx.engine, override(TINY, {"surrogate_model": model, "tuner": tuner}))
     run = steps.train_surrogate(chosen, log=lambda *_: None)
     assert run["model"] == model and run["heldout_mape"] < 1.0
