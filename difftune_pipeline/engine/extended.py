@@ -17,58 +17,70 @@ CPU generation, each with its public source.
 
 from __future__ import annotations
 
-MECHANISMS = ("front_end", "memory", "stack_engine", "move_elimination")
-# What ``extended`` turns on. Move elimination is left out: measured on the
-# ``full`` Haswell test split, removing it from the learned extended table took
-# MAPE from 12.07% to 10.88%, and adding it to llvm-mca's learned table from
-# 12.57% to 13.03% (Ivy Bridge and Skylake: worse too). See the README.
-EXTENDED = ("front_end", "memory", "stack_engine")
-PARAMETERS: dict[str, tuple[str, ...]] = {
-    "front_end": ("predecode_bytes", "decoders", "simple_decoder_uops", "uop_queue_size", "issue_width"),
-    "memory": ("store_forward_latency", "alias_4k_penalty", "store_forward_fail_penalty"),
-    "stack_engine": ("stack_sync_uops",),
-    "move_elimination": ("moves_eliminated",),
-}
-HARNESSES = ("none", "bhive")  # "none": addresses by symbolic equality of address expressions
-PLAIN = "llvm-mca"
+from dataclasses import dataclass
 
-# Intel 64 and IA-32 Architectures Optimization Reference Manual (248966), the
-# sections on each generation's front end ("legacy decode pipeline"): 16 bytes
-# predecoded per cycle, four decoders of which only the first decodes
-# instructions of more than one µop, four fused µops renamed per cycle; the
-# decoded-µop queue (IDQ) holds 56 µops (Sandy Bridge, Ivy Bridge with one
-# thread, Haswell) or 64 (Skylake). With fusion modelled by the front end,
-# dispatch counts unfused µops, at most one per execution port: 6 ports (Sandy
-# and Ivy Bridge), 8 (Haswell on).
+
+@dataclass(frozen=True)
+class Global:
+    """One global of a mechanism: its default (``by_family`` overrides it per
+    CPU generation), how the sampling presets draw it (DiffTune's uniform preset
+    from ``sample``; the perturbing one by up to ``step``, or times 0.5..1.5
+    when ``step`` is None) and the scale the LSTM surrogate divides it by."""
+
+    mechanism: str
+    default: int
+    sample: tuple[int, int]
+    step: int | None
+    scale: float
+    by_family: tuple[tuple[str, int], ...] = ()
+
+
+# Sources of the defaults. Intel 64 and IA-32 Architectures Optimization
+# Reference Manual (248966), the sections on each generation's front end
+# ("legacy decode pipeline"): 16 bytes predecoded per cycle, four decoders of
+# which only the first decodes instructions of more than one µop, four fused
+# µops renamed per cycle; the decoded-µop queue (IDQ) holds 56 µops (Sandy
+# Bridge, Ivy Bridge with one thread, Haswell) or 64 (Skylake).
 # Memory: a load fed by a store gets its data about as late as its own load
 # latency (Agner Fog, "The microarchitecture of Intel, AMD and VIA CPUs",
 # "store forwarding": ~5 cycles on these cores), so no extra cycles by default;
-# a 4K-aliasing load is reissued about 5 cycles later (the Optimization Manual,
-# "4K aliasing").
+# a failed forward costs about 10-12 cycles more (same guide); a 4K-aliasing
+# load is reissued about 5 cycles later (the Optimization Manual, "4K aliasing").
 # Stack engine: one sync µop (Agner Fog, same guide, "stack engine").
 # Move elimination (Ivy Bridge on; the manual's "eliminating register moves"
 # gives no rate): at most the rename width a cycle, to be learned.
+GLOBALS: dict[str, Global] = {
+    "predecode_bytes": Global("front_end", 16, (8, 32), 4, 16.0),
+    "decoders": Global("front_end", 4, (1, 6), 1, 4.0),
+    "simple_decoder_uops": Global("front_end", 1, (1, 4), 1, 1.0),
+    "uop_queue_size": Global("front_end", 56, (16, 128), None, 64.0, (("skylake", 64),)),
+    "issue_width": Global("front_end", 4, (2, 8), 1, 4.0),
+    "store_forward_latency": Global("memory", 0, (0, 8), 2, 4.0),
+    "alias_4k_penalty": Global("memory", 5, (0, 12), 3, 5.0),
+    "store_forward_fail_penalty": Global("memory", 10, (0, 20), 4, 10.0),
+    "stack_sync_uops": Global("stack_engine", 1, (0, 3), 1, 1.0),
+    "moves_eliminated": Global("move_elimination", 4, (1, 6), 1, 4.0),
+}
+MECHANISMS = ("front_end", "memory", "stack_engine", "move_elimination")
+PARAMETERS: dict[str, tuple[str, ...]] = {
+    m: tuple(n for n, g in GLOBALS.items() if g.mechanism == m) for m in MECHANISMS
+}
+# What ``extended`` turns on. Move elimination is left out: measured on the
+# ``full`` Haswell test split, the pipeline's extended table scored 12.07% MAPE
+# with it and 10.32% without, and adding it to llvm-mca's learned table took
+# 12.57% to 13.03% (Ivy Bridge and Skylake: worse too). See the README.
+EXTENDED = ("front_end", "memory", "stack_engine")
+HARNESSES = ("none", "bhive")  # "none": addresses by symbolic equality of address expressions
+PLAIN = "llvm-mca"
+
 _FAMILY = {
     **dict.fromkeys(("sandybridge", "ivybridge", "corei7-avx", "core-avx-i"), "sandybridge"),
     **dict.fromkeys(("haswell", "core-avx2", "broadwell"), "haswell"),
     **dict.fromkeys(("skylake", "skylake-avx512", "cascadelake"), "skylake"),
 }
-_DEFAULTS = {
-    "sandybridge": {"dispatch_width": 6, "uop_queue_size": 56},
-    "haswell": {"dispatch_width": 8, "uop_queue_size": 56},
-    "skylake": {"dispatch_width": 8, "uop_queue_size": 64},
-}
-_COMMON = {
-    "predecode_bytes": 16,
-    "decoders": 4,
-    "simple_decoder_uops": 1,
-    "issue_width": 4,
-    "store_forward_latency": 0,
-    "alias_4k_penalty": 5,
-    "store_forward_fail_penalty": 10,
-    "stack_sync_uops": 1,
-    "moves_eliminated": 4,
-}
+# With fusion modelled by the front end, dispatch counts unfused µops, at most
+# one per execution port: 6 ports (Sandy and Ivy Bridge), 8 (Haswell on).
+_DISPATCH_WIDTH = {"sandybridge": 6, "haswell": 8, "skylake": 8}
 
 
 def supported(mcpu: str) -> bool:
@@ -96,10 +108,10 @@ def defaults(mcpu: str, mechanisms) -> dict[str, int]:
     width, which counts unfused µops once the front end models fusion)."""
     if not supported(mcpu):
         raise ValueError(f"the extended model has no front-end rules for {mcpu!r} (Intel Sandy Bridge to Skylake)")
-    values = {**_COMMON, **_DEFAULTS[_FAMILY[mcpu]]}
-    out = {p: values[p] for p in parameters(mechanisms)}
+    family = _FAMILY[mcpu]
+    out = {p: dict(GLOBALS[p].by_family).get(family, GLOBALS[p].default) for p in parameters(mechanisms)}
     if "front_end" in mechanisms:
-        out["dispatch_width"] = values["dispatch_width"]
+        out["dispatch_width"] = _DISPATCH_WIDTH[family]
     return out
 
 

@@ -18,26 +18,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from difftune_pipeline.engine import LIMITS, Engine
+from difftune_pipeline.engine.extended import GLOBALS as EXTENDED_GLOBALS
 from difftune_pipeline.engine.extended import PLAIN
 from difftune_pipeline.engine.table import GLOBALS, ParamTable
 
 READ_ADVANCE_SLOTS = 7
 PRESETS = ("difftune", "perturb")
-# The extended model's globals: DiffTune's uniform preset draws from these
-# ranges; the perturbing preset moves each by up to ``step`` (``scale``: times
-# 0.5..1.5 instead).
-EXTRA_SAMPLING: dict[str, dict] = {
-    "predecode_bytes": {"range": (8, 32), "step": 4},
-    "decoders": {"range": (1, 6), "step": 1},
-    "simple_decoder_uops": {"range": (1, 4), "step": 1},
-    "uop_queue_size": {"range": (16, 128), "scale": True},
-    "issue_width": {"range": (2, 8), "step": 1},
-    "store_forward_latency": {"range": (0, 8), "step": 2},
-    "alias_4k_penalty": {"range": (0, 12), "step": 3},
-    "store_forward_fail_penalty": {"range": (0, 20), "step": 4},
-    "stack_sync_uops": {"range": (0, 3), "step": 1},
-    "moves_eliminated": {"range": (1, 6), "step": 1},
-}
 NestPorts = Callable[[list[tuple[str, int]], list[str]], list[tuple[str, int]]]
 
 
@@ -156,7 +142,7 @@ class ParamSpace:
                 chosen = rng.choice(units, size=rng.integers(0, 3), replace=False)
                 m[i, [2 + READ_ADVANCE_SLOTS + c for c in chosen]] = rng.integers(0, 3, len(chosen))
             g = [rng.integers(1, 11), rng.integers(50, 251)]
-            g += [rng.integers(lo, hi + 1) for lo, hi in (EXTRA_SAMPLING[x]["range"] for x in self.globals[2:])]
+            g += [rng.integers(lo, hi + 1) for lo, hi in (EXTENDED_GLOBALS[x].sample for x in self.globals[2:])]
             return m, np.array(g, dtype=np.float32)
         # Around the defaults: each value moves by ±1..2 with probability 0.3
         # (ports only where the default has cycles), and a row gains a random
@@ -172,12 +158,8 @@ class ParamSpace:
         m[:, 1] = np.where(m[:, 2 + READ_ADVANCE_SLOTS :].sum(1) > 0, np.maximum(m[:, 1], 1), m[:, 1])
         out = [max(1, g[0] + rng.integers(-2, 3)), max(2, round(g[1] * rng.uniform(0.5, 1.5)))]
         for name, value in zip(self.globals[2:], g[2:]):
-            how = EXTRA_SAMPLING[name]
-            moved = (
-                value * rng.uniform(0.5, 1.5)
-                if how.get("scale")
-                else value + rng.integers(-how["step"], how["step"] + 1)
-            )
+            step = EXTENDED_GLOBALS[name].step
+            moved = value * rng.uniform(0.5, 1.5) if step is None else value + rng.integers(-step, step + 1)
             out.append(int(np.clip(round(moved), *LIMITS[name])))
         return m, np.array(out, dtype=np.float32)
 

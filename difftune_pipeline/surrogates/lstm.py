@@ -21,25 +21,15 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from difftune_pipeline.engine import extended
 from difftune_pipeline.engine.table import GLOBALS
 from difftune_pipeline.surrogates.base import FitConfig, Pairs, Surrogate
 
 PAD, UNK = "<PAD>", "<UNK>"
 PARAM_SCALE = 10.0  # parameter values are fed divided by this
 # Globals are fed divided by these (llvm-mca's two, then the extended model's).
-GLOBAL_SCALES = {
-    "dispatch_width": 10.0,
-    "micro_op_buffer_size": 200.0,
-    "predecode_bytes": 16.0,
-    "decoders": 4.0,
-    "simple_decoder_uops": 1.0,
-    "uop_queue_size": 64.0,
-    "issue_width": 4.0,
-    "store_forward_latency": 4.0,
-    "alias_4k_penalty": 5.0,
-    "store_forward_fail_penalty": 10.0,
-    "stack_sync_uops": 1.0,
-    "moves_eliminated": 4.0,
+GLOBAL_SCALES = {"dispatch_width": 10.0, "micro_op_buffer_size": 200.0} | {
+    n: g.scale for n, g in extended.GLOBALS.items()
 }
 MAX_TOKENS = 12
 
