@@ -1,8 +1,8 @@
 """Ablation of the extended model on a tuned warehouse, scored on test.
 
-Adding: from each µarch's learned llvm-mca table, each mechanism alone and all
-of them, re-tuned by the direct search through the real engine on the train
-split. Removing (``--extended``): from the µarch's newest table the pipeline
+Adding: from each µarch's learned llvm-mca table, each mechanism alone, the
+extended model's three and all four, re-tuned by the direct search through the
+real engine on the train split. Removing (``--extended``): from the µarch's newest table the pipeline
 learned under the extended model, that table as it is, and each mechanism
 turned off in turn, re-tuned the same way.
 
