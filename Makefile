@@ -35,7 +35,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check difftune_pipeline tests bench
 
 test: lint chromium
-	$(VENV)/bin/pytest -m "not slow"
+	$(VENV)/bin/pytest -m "not slow" --durations=25
 
 test-all: lint chromium
 	$(VENV)/bin/pytest
