@@ -36,12 +36,6 @@ TINY = settings_for(
 )
 
 
-def _copy(template: Path, warehouse: Path) -> None:
-    for suffix in ("", ".wal"):
-        if template.with_name(template.name + suffix).exists():
-            shutil.copy(template.with_name(template.name + suffix), warehouse.with_name(warehouse.name + suffix))
-
-
 def _ingested(engine: Engine, warehouse: Path) -> steps.StepContext:
     ingest.ingest_measurements(SAMPLE / "bhive_hsw_sample.csv", "haswell", warehouse, engine)
     ingest.assign_splits(warehouse)
@@ -67,7 +61,7 @@ def chosen_template(haswell, tmp_path_factory) -> Path:
 def simulated_template(haswell, chosen_template, tmp_path_factory) -> Path:
     """That warehouse with the sampled tables simulated and the structured surrogate trained."""
     db = tmp_path_factory.mktemp("simulated") / "w.duckdb"
-    _copy(chosen_template, db)
+    shutil.copy(chosen_template, db)
     ctx = steps.StepContext(str(db), haswell, TINY)
     steps.sampled_tables(ctx)
     for s in range(2):
@@ -79,14 +73,14 @@ def simulated_template(haswell, chosen_template, tmp_path_factory) -> Path:
 @pytest.fixture
 def ctx(haswell, warehouse, chosen_template) -> steps.StepContext:
     """A copy of ``chosen_template``: each test changes its own warehouse."""
-    _copy(chosen_template, warehouse)
+    shutil.copy(chosen_template, warehouse)
     return steps.StepContext(str(warehouse), haswell, TINY)
 
 
 @pytest.fixture
 def simulated(haswell, warehouse, simulated_template) -> steps.StepContext:
     """A copy of ``simulated_template``."""
-    _copy(simulated_template, warehouse)
+    shutil.copy(simulated_template, warehouse)
     return steps.StepContext(str(warehouse), haswell, TINY)
 
 

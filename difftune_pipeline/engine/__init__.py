@@ -148,9 +148,8 @@ class Engine:
             self._compiled.move_to_end(key)
         else:
             rows = [{"key": k, **r} for k, r in changed.items()]
-            missing = [g for g in table.global_names() if g not in table.globals]
-            if missing:
-                raise InvalidTable(f"globals.{missing[0]}: required by the table's model ({table.model})")
+            if problem := table.model_mismatch():
+                raise InvalidTable(problem)
             globals_ = {g: table.globals[g] for g in table.global_names()} | dict.fromkeys(table.mechanisms, True)
             self._compiled[key] = self._native.compile(globals_, rows)
             if len(self._compiled) > COMPILED_CACHE:

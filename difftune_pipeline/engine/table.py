@@ -46,6 +46,15 @@ class ParamTable:
     def global_names(self) -> tuple[str, ...]:
         return GLOBALS + extended.parameters(self.mechanisms)
 
+    def model_mismatch(self) -> str | None:
+        """Why the globals do not fit the model (the first one missing or extra), or None."""
+        expected = set(self.global_names())
+        if set(self.globals) == expected:
+            return None
+        name = sorted(expected ^ set(self.globals))[0]
+        why = "required by the model's mechanisms" if name in expected else "belongs to a mechanism that is off"
+        return f"globals.{name}: {why} ({self.model})"
+
     def with_model(self, mechanisms, harness: str = "none") -> ParamTable:
         """This table under other mechanisms: a mechanism turned on starts from
         its defaults for the CPU (the front end also resets the dispatch width);
@@ -94,11 +103,8 @@ class ParamTable:
         model = doc.model or _Model(mechanisms=[], harness="none")
         globals_ = doc.globals.model_dump(exclude_none=True)
         table = cls(doc.mcpu, doc.llvm_version, globals_, rows, tuple(model.mechanisms), model.harness)
-        expected = set(table.global_names())
-        if set(globals_) != expected:
-            name = sorted(expected ^ set(globals_))[0]
-            why = "required by the model's mechanisms" if name in expected else "belongs to a mechanism that is off"
-            raise ValueError(f"globals.{name}: {why} ({table.model})")
+        if problem := table.model_mismatch():
+            raise ValueError(problem)
         return table
 
     # ---- long form (SQL-friendly) -----------------------------------------

@@ -59,10 +59,7 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
   mca::MemoryGroup &Group = getGroup(G);
   Group.addInstruction();
   // Stores whose stand-ins have all completed constrain nothing any more.
-  auto Done = [this](const Store &S) {
-    return !isValidGroupID(S.Forward) && !isValidGroupID(S.Alias) && !isValidGroupID(S.Fail);
-  };
-  while (!Stores.empty() && Done(Stores.front())) Stores.pop_front();
+  while (!Stores.empty() && !waitedFor(Stores.front())) Stores.pop_front();
   const std::vector<Access> Mine = accessesOf(IR.getSourceIndex());
   if (IS.getMayLoad())
     for (const Store &S : Stores) {
@@ -120,9 +117,13 @@ void MemoryUnit::schedule(unsigned Group, unsigned Delay, unsigned SourceIndex) 
     Pending.push_back({Cycle + Delay, Group, SourceIndex});
 }
 
+bool MemoryUnit::waitedFor(const Store &S) const {
+  return isValidGroupID(S.Forward) || isValidGroupID(S.Alias) || isValidGroupID(S.Fail);
+}
+
 unsigned MemoryUnit::oldestReferenced() const {
   for (const Store &S : Stores)
-    if (isValidGroupID(S.Forward) || isValidGroupID(S.Alias) || isValidGroupID(S.Fail)) return S.SourceIndex;
+    if (waitedFor(S)) return S.SourceIndex;
   return ~0u;
 }
 

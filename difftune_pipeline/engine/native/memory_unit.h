@@ -38,6 +38,7 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
 
   std::vector<Access> accessesOf(unsigned SourceIndex) const;
   Store *storeOf(unsigned Group);
+  bool waitedFor(const Store &S) const;  // a stand-in of S has not completed yet
   unsigned standIn();
   void complete(unsigned Group, unsigned SourceIndex);
   void schedule(unsigned Group, unsigned Delay, unsigned SourceIndex);
