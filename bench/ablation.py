@@ -125,9 +125,7 @@ def main() -> None:
                 continue
             if mechanisms is None:  # the table as the pipeline learned it
                 mechanisms = origin.mechanisms
-            start = origin.with_model(mechanisms, "bhive") if mechanisms else origin
-            if origin is not learned and "front_end" in origin.mechanisms and "front_end" not in mechanisms:
-                start.globals["dispatch_width"] = llvm.globals["dispatch_width"]
+            start = origin.with_model(mechanisms, "bhive", llvm=llvm) if mechanisms else origin
             default = llvm.with_model(mechanisms, "bhive") if mechanisms else llvm
             blocks = attached if "memory" in mechanisms else {s: d[1] for s, d in data.items()}
 

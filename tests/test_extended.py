@@ -36,9 +36,11 @@ def model(base: ParamTable, mechanisms, harness_name: str = "none", **globals_) 
 
 def test_all_mechanisms_off_is_llvm_mca(haswell, base, sample_rows):
     """A table whose mechanisms were turned on and off again simulates exactly as the binary."""
-    round_trip = model(base, ("front_end", "memory", "stack_engine", "move_elimination")).with_model(())
-    assert round_trip.globals["dispatch_width"] == 8  # the front end's default (unfused µops) stays
-    round_trip.globals["dispatch_width"] = base.globals["dispatch_width"]
+    on = model(base, ("front_end", "memory", "stack_engine", "move_elimination"))
+    kept = on.with_model(())
+    assert kept.globals["dispatch_width"] == 8  # without LLVM's table the front end's default stays,
+    assert kept.rows["POP64r"]["uops"] == 1  # and so does the pop without its RSP-update µop
+    round_trip = on.with_model((), llvm=base)
     assert round_trip.to_dict() == base.to_dict()
     blocks = [haswell.parse_asm("\n".join(haswell.disassemble(h).asm)) for h, _ in sample_rows[:40]]
     blocks = [harness.accesses(b, "bhive").attach(b) for b in blocks]  # accesses change nothing when off
@@ -147,6 +149,21 @@ def test_stack_engine_breaks_the_rsp_chain(haswell, base):
     plain = cycles(haswell, pushes, base)
     stack = cycles(haswell, pushes, model(base, ("stack_engine",)))
     assert stack < 0.5 * plain
+
+
+def test_stack_engine_takes_the_rsp_update_out_of_push_and_pop(haswell, base):
+    """LLVM's Haswell pop is a load and an ALU µop for RSP; with the stack engine
+    it is the load alone (Ivy Bridge's model never had the ALU µop)."""
+    on = model(base, ("stack_engine",))
+    assert (on.rows["POP64r"]["uops"], on.rows["POP64r"]["ports"]["HWPort0156"]) == (1, 0)
+    assert (on.rows["PUSH64r"]["uops"], on.rows["PUSH64r"]["ports"]["HWPort0156"]) == (2, 0)
+    assert on.rows["PUSH64i32"] == base.rows["PUSH64i32"]  # LLVM charges it no update
+    ivb = Engine("ivybridge").default_table()
+    assert ivb.with_model(("stack_engine",)).rows["POP64r"] == ivb.rows["POP64r"]
+    # two pops and four adds: eight µops, two cycles at four a cycle; six with the stack engine
+    block = "popq %rbx\npopq %rbp\naddq %rax, %rcx\naddq %rdx, %rsi\naddq %r8, %r9\naddq %r10, %r11"
+    assert cycles(haswell, block, base) >= 1.95 * ITER
+    assert cycles(haswell, block, on) <= 1.6 * ITER
 
 
 def test_explicit_rsp_read_costs_a_sync_uop(haswell, base):

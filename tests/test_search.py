@@ -16,7 +16,8 @@ def test_moves_are_valid_rows_or_refused_overlaps(haswell):
                 try:
                     haswell.compile(changed)
                 except InvalidTable as exc:  # only an unused resource overlapping a used one
-                    assert column.startswith("port:") and step > 0 and table.rows[key]["ports"][column[5:]] == 0
+                    port = column.split(",")[-1]  # a port alone, or a µop with it
+                    assert port.startswith("port:") and step > 0 and table.rows[key]["ports"][port[5:]] == 0
                     assert "partially overlap" in str(exc)
     big = {"latency": [100], "uops": 1, "read_advance": [], "ports": {"HWPort0": 6}}
     assert ("latency", -50) in [(c, d) for c, d, _ in moves(big, halving=True)]
@@ -54,3 +55,23 @@ def test_gradient_proposer_ranks_moves_by_predicted_gain():
     proposed = gradient_proposer(grad, columns, top=3)("X", row)
     assert [(c, d) for c, d, _ in proposed] == [("latency", -1), ("port:HWPort1", -1), ("uops", 1)]
     assert gradient_proposer(grad, columns)("unknown", row) == []
+
+
+def test_a_uop_and_its_port_move_together():
+    """A free pop (no µops, no cycles) reaches one load µop in one move, and
+    LLVM's pop sheds its ALU µop in one: neither column alone can."""
+    free = {"latency": [5], "uops": 0, "read_advance": [], "ports": {"HWPort0156": 0, "HWPort23": 0}}
+    found = {(c, d): r for c, d, r in moves(free)}
+    assert found[("uops,port:HWPort23", 1)] == {**free, "uops": 1, "ports": {"HWPort0156": 0, "HWPort23": 1}}
+    assert ("uops,port:HWPort23", -1) not in found  # no negative cycles
+    llvm = {"latency": [6], "uops": 2, "read_advance": [], "ports": {"HWPort0156": 1, "HWPort23": 1}}
+    found = {(c, d): r for c, d, r in moves(llvm)}
+    assert found[("uops,port:HWPort0156", -1)] == {**llvm, "uops": 1, "ports": {"HWPort0156": 0, "HWPort23": 1}}
+    one = {"latency": [1], "uops": 1, "read_advance": [], "ports": {"HWPort0": 1, "HWPort1": 0}}
+    assert ("uops,port:HWPort1", -1) not in {(c, d) for c, d, _ in moves(one)}
+    # a µop without cycles would be left on a row that still uses a port: refused
+    assert ("uops,port:HWPort0", -1) in {(c, d) for c, d, _ in moves(one)}  # nothing left: both 0
+    columns = ["latency", "uops", "port:HWPort0156", "port:HWPort23"]
+    grad = {"POP": np.array([0.0, 0.3, 0.3, -0.1])}  # the gain of a pair is the sum of its columns'
+    proposed = gradient_proposer(grad, columns, top=1)("POP", llvm)
+    assert [(c, d) for c, d, _ in proposed] == [("uops,port:HWPort0156", -1)]

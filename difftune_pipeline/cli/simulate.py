@@ -91,10 +91,9 @@ def run_table(
         mechanisms = extended.parse(model) if model is not None else table.mechanisms if table else ()
         if mechanisms is None:
             raise ValueError("--model auto chooses on a pipeline's val split: name a model here")
-        base = table or engine.default_table(blocks)
-        table = base.with_model(mechanisms, harness_name or (table.harness if table else "none"))
-        if "front_end" in base.mechanisms and "front_end" not in mechanisms:  # dispatch counts LLVM's way again
-            table.globals["dispatch_width"] = engine.default_table().globals["dispatch_width"]
+        llvm = engine.default_table(blocks)
+        base = table or llvm
+        table = base.with_model(mechanisms, harness_name or (table.harness if table else "none"), llvm=llvm)
     if table is not None:
         engine.compile(table)  # refuse an invalid table up front, naming opcode and parameter
     fallbacks = 0

@@ -115,6 +115,26 @@ def defaults(mcpu: str, mechanisms) -> dict[str, int]:
     return out
 
 
+# The stack engine updates RSP for push, pop, call and ret without a µop (Agner
+# Fog, same guide, "stack engine"; uops.info: POP r64 is one load µop on Haswell
+# and Skylake). LLVM's Haswell and Skylake models charge that update as one more
+# µop on the ALU ports, so turning the mechanism on takes it out of these rows.
+STACK_OPS = (
+    *("PUSH16r", "PUSH64r", "PUSH16i8", "PUSH64i8", "PUSH64i32", "POP16r", "POP64r"),
+    *("CALL64r", "CALL64m", "CALL64pcrel32", "RET64"),
+)
+_ALU = ("Port0156", "Port015")  # the resource LLVM charges the update to, by its name's end
+
+
+def without_stack_update(row: dict) -> dict:
+    """A stack operation's row without the µop that updated RSP: one µop and one
+    ALU cycle fewer, where LLVM's row has them (Ivy Bridge's pop has not)."""
+    alu = [r for r, c in row["ports"].items() if r.endswith(_ALU) and c > 0]
+    if not alu or row["uops"] < 2:
+        return row
+    return {**row, "uops": row["uops"] - 1, "ports": {**row["ports"], alu[0]: row["ports"][alu[0]] - 1}}
+
+
 def parse(model: str) -> tuple[str, ...] | None:
     """The mechanisms a model name turns on: ``llvm-mca``, ``llvm-mca+front_end+…``,
     ``extended`` (``EXTENDED``), ``extended+move_elimination``; ``auto`` (None):

@@ -55,16 +55,26 @@ class ParamTable:
         why = "required by the model's mechanisms" if name in expected else "belongs to a mechanism that is off"
         return f"globals.{name}: {why} ({self.model})"
 
-    def with_model(self, mechanisms, harness: str = "none") -> ParamTable:
+    def with_model(self, mechanisms, harness: str = "none", llvm: ParamTable | None = None) -> ParamTable:
         """This table under other mechanisms: a mechanism turned on starts from
-        its defaults for the CPU (the front end also resets the dispatch width);
-        one turned off drops its globals."""
+        its defaults for the CPU (the front end also resets the dispatch width;
+        the stack engine takes the RSP update out of push/pop/call/ret). One
+        turned off drops its globals and, given LLVM's table ``llvm``, gives
+        back what it changed there (the dispatch width, the stack rows)."""
         mechanisms = extended.check(mechanisms, harness)
         added = [m for m in mechanisms if m not in self.mechanisms]
+        removed = [m for m in self.mechanisms if m not in mechanisms]
         out = self.copy()
         out.mechanisms, out.harness = mechanisms, harness
         out.globals.update(extended.defaults(self.mcpu, added) if added else {})
         out.globals = {g: out.globals[g] for g in out.global_names()}
+        stack_rows = [k for k in extended.STACK_OPS if k in out.rows]
+        if "stack_engine" in added:
+            out.rows.update({k: extended.without_stack_update(out.rows[k]) for k in stack_rows})
+        if llvm is not None and "stack_engine" in removed:
+            out.rows.update({k: _copy({k: llvm.rows[k]})[k] for k in stack_rows if k in llvm.rows})
+        if llvm is not None and "front_end" in removed:  # dispatch counts LLVM's way again
+            out.globals["dispatch_width"] = llvm.globals["dispatch_width"]
         return out
 
     # ---- JSON -------------------------------------------------------------

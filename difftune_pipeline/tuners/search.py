@@ -43,8 +43,10 @@ class SearchConfig:
 
 def moves(row: dict, halving: bool = False) -> list[tuple[str, int, dict]]:
     """Unit steps from ``row`` (and, with ``halving``, halving any value >= 4):
-    (column of ``ParamSpace.columns``, step, new row) over the resources the row
-    lists. Giving cycles to a listed resource at 0 that partially overlaps one in
+    (columns of ``ParamSpace.columns``, comma-separated, step, new row) over the
+    resources the row lists. A µop and its resource's cycles also move together:
+    one at a time, a row can be stuck where neither alone helps (a pop the
+    stack engine leaves one load µop needs both fewer µops and no ALU cycle). Giving cycles to a listed resource at 0 that partially overlaps one in
     use is refused by the engine: such a move fails its blocks and is never accepted."""
     out = []
     half = lambda v: [v // 2 - v] if halving and v >= 4 else []  # noqa: E731
@@ -66,6 +68,10 @@ def moves(row: dict, halving: bool = False) -> list[tuple[str, int, dict]]:
         for d in [-1, 1] + half(cycles):
             if cycles + d >= 0:
                 out.append((f"port:{res}", d, {**row, "ports": {**row["ports"], res: cycles + d}}))
+        for d in (-1, 1):  # a whole µop on that resource: µops and its cycles together
+            ports = {**row["ports"], res: cycles + d}
+            if cycles + d >= 0 and row["uops"] + d >= (1 if any(c > 0 for c in ports.values()) else 0):
+                out.append((f"uops,port:{res}", d, {**row, "uops": row["uops"] + d, "ports": ports}))
     return [(column, d, canonical_row(r)) for column, d, r in out]
 
 
@@ -79,7 +85,11 @@ def gradient_proposer(grad: dict[str, np.ndarray], columns: list[str], top: int 
         g = grad.get(key)
         if g is None:
             return []
-        scored = [(-g[col[c]] * d, c, d, r) for c, d, r in moves(row, halving) if c in col]
+        scored = [
+            (-sum(g[col[p]] for p in c.split(",")) * d, c, d, r)
+            for c, d, r in moves(row, halving)
+            if all(p in col for p in c.split(","))
+        ]
         return [(c, d, r) for gain, c, d, r in sorted(scored, key=lambda x: -x[0])[:top] if gain > 0]
 
     return propose
@@ -100,7 +110,10 @@ class Search:
         self.engine, self.blocks, self.default, self.config = engine, blocks, default, config
         self.measured = np.asarray(measured, dtype=float)
         start = start or default
-        self.changes = {k: r for k, r in start.rows.items() if default.rows.get(k) != r}
+        # Rows that differ from LLVM's own, the default's included (the stack
+        # engine changes push and pop): the engine takes an absent row as LLVM's.
+        llvm = engine.default_table(blocks).rows
+        self.changes = {k: r for k, r in start.rows.items() if llvm.get(k) != r}
         self.globals = dict(start.globals)
         self.rng = np.random.default_rng(config.seed)
         self.spent = 0
@@ -113,7 +126,7 @@ class Search:
         self.signed = self._errors(np.arange(len(blocks)), [self.table()])[0]  # (pred - truth) / truth
 
     def table(self, extra: dict | None = None, globals_: dict | None = None) -> ParamTable:
-        """The current table, sparse: only changed rows (absent rows keep LLVM's values)."""
+        """The current table, sparse: only the rows that differ from LLVM's (absent rows keep LLVM's values)."""
         rows = {**self.changes, **(extra or {})}
         return self._with(dict(globals_ or self.globals), rows)
 
