@@ -45,9 +45,10 @@ def moves(row: dict, halving: bool = False) -> list[tuple[str, int, dict]]:
     """Unit steps from ``row`` (and, with ``halving``, halving any value >= 4):
     (columns of ``ParamSpace.columns``, comma-separated, step, new row) over the
     resources the row lists. A µop and its resource's cycles also move together:
-    one at a time, a row can be stuck where neither alone helps (a pop the
-    stack engine leaves one load µop needs both fewer µops and no ALU cycle). Giving cycles to a listed resource at 0 that partially overlaps one in
-    use is refused by the engine: such a move fails its blocks and is never accepted."""
+    one at a time, a row can be stuck where neither alone helps (a pop reduced to
+    one load µop needs both fewer µops and no ALU cycle). Giving cycles to a
+    listed resource at 0 that partially overlaps one in use is refused by the
+    engine: such a move fails its blocks and is never accepted."""
     out = []
     half = lambda v: [v // 2 - v] if halving and v >= 4 else []  # noqa: E731
     uses_ports = any(c > 0 for c in row["ports"].values())  # then µops must stay ≥ 1
