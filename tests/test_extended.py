@@ -177,6 +177,17 @@ def test_explicit_rsp_read_costs_a_sync_uop(haswell, base):
     )
 
 
+def test_sync_uops_sit_in_the_rsp_chain(haswell, base):
+    """An epilogue run in a loop: each add to RSP first syncs the pops' offsets, so
+    an iteration is the sync µop and the add, one cycle each (BHive measures
+    1.99 cycles for this block on Haswell)."""
+    epilogue = "addq $32, %rsp\nmovl %edx, %eax\npopq %rbx"
+    one = cycles(haswell, epilogue, model(base, ("stack_engine",)))
+    assert 1.95 * ITER <= one <= 2.1 * ITER
+    assert cycles(haswell, epilogue, model(base, ("stack_engine",), stack_sync_uops=2)) >= one + 0.95 * ITER
+    assert cycles(haswell, epilogue, model(base, ("stack_engine",), stack_sync_uops=0)) <= 1.1 * ITER
+
+
 def test_move_elimination(haswell, base):
     """A chain of register moves costs a cycle a move in llvm-mca's model; renamed
     away it costs nothing but issue slots, and a limit of one a cycle sits between."""

@@ -33,6 +33,25 @@ def test_sampling_is_deterministic_and_valid(haswell, space_and_default, preset)
     assert all(s == "ok" for s in result.status)
 
 
+def test_an_extended_space_is_named_by_the_defaults_it_samples_around(haswell, space_and_default):
+    """Sampled tables are regenerated from their id: an extended default whose
+    values change (a pop row, a global) must name a new space, or the stored
+    simulations of the old samples would be taken for the new ones."""
+    space, default, _ = space_and_default
+    keys = space.keys
+    extended = default.with_model(("front_end", "stack_engine"))
+    ids = {ParamSpace.create(keys, haswell, extended).fingerprint()}
+    changed = extended.copy()
+    changed.rows["POP64r"] = {**changed.rows["POP64r"], "latency": [1]}
+    ids.add(ParamSpace.create(keys, haswell, changed).fingerprint())
+    changed = extended.copy()
+    changed.globals["stack_sync_uops"] = 2
+    ids.add(ParamSpace.create(keys, haswell, changed).fingerprint())
+    assert "POP64r" in keys and len(ids) == 3
+    assert ParamSpace.create(keys, haswell, extended.copy()).fingerprint() in ids  # the same values: the same id
+    assert ParamSpace.create(keys, haswell, default).fingerprint() == space.fingerprint()  # llvm-mca's: unchanged
+
+
 def test_difftune_preset_ranges(space_and_default):
     space, default, _ = space_and_default
     m, g = space.sample("difftune", 0, default)

@@ -6,8 +6,9 @@ of the engine, off in the plain ``llvm-mca`` model.
 - ``memory``: a load waits for older stores whose bytes it reads (plus a
   store-to-load forwarding latency) or whose address it 4K-aliases (a penalty),
   at the addresses a harness model gives (see ``difftune_pipeline.harness``).
-- ``stack_engine``: push/pop/call/ret leave no dependency chain through RSP; an
-  explicit use of RSP after them costs a sync µop.
+- ``stack_engine``: push/pop/call/ret leave no dependency chain through RSP
+  and no µop to update it; an explicit use of RSP after them costs a sync µop,
+  which also sits in the RSP chain (one cycle each).
 - ``move_elimination``: register-to-register moves are renamed away (no µop,
   no latency), a limited number a cycle.
 
@@ -46,7 +47,8 @@ class Global:
 # "store forwarding": ~5 cycles on these cores), so no extra cycles by default;
 # a failed forward costs about 10-12 cycles more (same guide); a 4K-aliasing
 # load is reissued about 5 cycles later (the Optimization Manual, "4K aliasing").
-# Stack engine: one sync µop (Agner Fog, same guide, "stack engine").
+# Stack engine: one sync µop, an ALU operation of one cycle (Agner Fog, same
+# guide, "stack engine").
 # Move elimination (Ivy Bridge on; the manual's "eliminating register moves"
 # gives no rate): at most the rename width a cycle, to be learned.
 GLOBALS: dict[str, Global] = {

@@ -35,18 +35,27 @@ class ParamSpace:
     nest_ports: NestPorts = field(compare=False, repr=False)  # the engine's port-nesting rule
     globals: tuple[str, ...] = GLOBALS  # the table's globals, in ParamTable.global_names() order
     model: str = PLAIN  # the table's model (ParamTable.model): its harness changes what a table simulates
+    # The values of ``table`` over the rows and its globals, hashed, under the
+    # extended model: its defaults are not LLVM's, and samples are drawn around them.
+    origin: str = ""
 
     @classmethod
     def create(cls, keys, engine: Engine, table: ParamTable | None = None) -> ParamSpace:
         """The space of rows ``keys`` of ``engine``'s CPU, with the globals and model of ``table``."""
         resources = engine.resources()
+        keys = tuple(sorted(set(keys)))
+        origin = ""
+        if table is not None and table.mechanisms:
+            values = json.dumps([{k: table.rows.get(k) for k in keys}, table.globals], sort_keys=True)
+            origin = hashlib.sha256(values.encode()).hexdigest()[:16]
         return cls(
-            tuple(sorted(set(keys))),
+            keys,
             tuple(r["name"] for r in resources),
             tuple(r["name"] for r in resources if not r["is_group"]),
             engine.nested_ports,
             tuple(table.global_names()) if table else GLOBALS,
             table.model if table else PLAIN,
+            origin,
         )
 
     @property
@@ -62,7 +71,7 @@ class ParamSpace:
         return 2 + READ_ADVANCE_SLOTS + len(self.resources)
 
     def fingerprint(self) -> str:
-        extra = [self.globals, self.model] if self.model != PLAIN else []  # llvm-mca's spaces keep their ids
+        extra = [self.globals, self.model, self.origin] if self.model != PLAIN else []  # llvm-mca's keep their ids
         text = json.dumps([self.keys, self.resources, *extra])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

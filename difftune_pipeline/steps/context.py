@@ -27,7 +27,7 @@ CODE_VERSIONS = {
     "accesses": "1",
     "default_params": "4",
     "features": "1",
-    "sampled_tables": "1",
+    "sampled_tables": "2",
     "simulations": "1",
     "surrogate": "2",
     "learned_params": "3",

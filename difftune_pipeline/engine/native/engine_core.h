@@ -48,7 +48,7 @@ struct Globals {
   int store_forward_latency = 0; // cycles after a store executes before a load it feeds may issue
   int alias_4k_penalty = 0;      // the same, for a load that only 4K-aliases the store
   int store_forward_fail_penalty = 0;  // cycles after a store retires before a load it cannot forward to may issue
-  int stack_sync_uops = 0;       // issue slots of the µop that syncs RSP before an explicit read
+  int stack_sync_uops = 0;       // µops syncing RSP before an explicit use: issue slots, 1 cycle each on RSP
   int moves_eliminated = 0;      // register moves renamed away per cycle
 };
 

@@ -146,8 +146,10 @@ std::pair<int64_t, std::string> simulateOne(const EngineImpl &E, const BlockImpl
   const Globals &G = T.G;
   const bool Extended = G.front_end || G.memory || G.stack_engine || G.move_elimination;
   std::vector<FrontEndInstr> Facts;
+  std::vector<std::unique_ptr<mca::WriteDescriptor>> SyncedWrites;  // outlive the pipeline below
   if (Extended) {
-    const std::vector<bool> Sync = G.stack_engine ? applyStackEngine(E, B, Lowered) : std::vector<bool>();
+    const std::vector<bool> Sync =
+        G.stack_engine ? applyStackEngine(E, B, Lowered, G.stack_sync_uops, SyncedWrites) : std::vector<bool>();
     Facts = frontEndFacts(E, B, Lowered, G.front_end);
     if (G.move_elimination) markEliminableMoves(E, B, Lowered);
     for (size_t I = 0; I < Sync.size(); ++I)

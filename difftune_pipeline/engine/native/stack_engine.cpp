@@ -33,7 +33,8 @@ bool namesRsp(const EngineImpl &E, const MCInst &MI) {
 }  // namespace
 
 std::vector<bool> applyStackEngine(const EngineImpl &E, const BlockImpl &B,
-                                   SmallVectorImpl<std::unique_ptr<mca::Instruction>> &Lowered) {
+                                   SmallVectorImpl<std::unique_ptr<mca::Instruction>> &Lowered,
+                                   unsigned SyncUops, std::vector<std::unique_ptr<mca::WriteDescriptor>> &Owned) {
   const size_t N = B.Insts.size();
   std::vector<bool> Stack(N), Explicit(N), Sync(N);
   for (size_t I = 0; I < N; ++I) {
@@ -58,6 +59,22 @@ std::vector<bool> applyStackEngine(const EngineImpl &E, const BlockImpl &B,
         break;
       }
       if (Explicit[J]) break;
+    }
+    if (!Sync[I] || !SyncUops) continue;
+    const MCInst &MI = B.Insts[I];
+    auto WritesRsp = [&](const mca::WriteDescriptor &D) {
+      if (D.isImplicitWrite()) return isRsp(E, D.RegisterID);
+      const MCOperand &Op = MI.getOperand(D.OpIndex);
+      return Op.isReg() && isRsp(E, Op.getReg());
+    };
+    const auto &Descs = Lowered[I]->getDesc().Writes;
+    const auto RspDesc = llvm::find_if(Descs, WritesRsp);
+    if (RspDesc == Descs.end()) continue;
+    for (mca::WriteState &W : Lowered[I]->getDefs()) {
+      if (!isRsp(E, W.getRegisterID())) continue;
+      Owned.push_back(std::make_unique<mca::WriteDescriptor>(*RspDesc));
+      Owned.back()->Latency += SyncUops;
+      W = mca::WriteState(*Owned.back(), W.getRegisterID(), W.clearsSuperRegisters(), W.isWriteZero());
     }
   }
   return Sync;
