@@ -5,7 +5,13 @@ import numpy as np
 import torch
 
 from difftune_pipeline.model.features import block_features, containment, features_frame
-from difftune_pipeline.model.graph import BlockGraphs, dependencies, latency_bounds, memory_dependencies
+from difftune_pipeline.model.graph import (
+    BlockGraphs,
+    dependencies,
+    latency_bounds,
+    memory_dependencies,
+    without_stack_updates,
+)
 
 
 def test_operands_come_from_llvm(haswell):
@@ -30,6 +36,25 @@ def test_latency_bound_of_a_carried_chain(haswell):
     graphs = BlockGraphs.build([dependencies(block.operands)], [2])
     chain, carried = latency_bounds(torch.tensor([[3.0, 3.0]]), torch.zeros(1, 2), graphs.select([0]))
     assert chain.tolist() == [6.0] and carried.tolist() == [6.0]
+
+
+def test_the_stack_engine_leaves_no_rsp_chain_in_the_graph(haswell):
+    """As in the engine: pops carry nothing through RSP; popcnt is no pop, and an
+    explicit RSP writer keeps its chain."""
+    block = haswell.parse_asm("popq %rbx\npopq %rbp\npopcntq %rax, %rcx\naddq $8, %rsp\ncallq *%rax")
+    ops = without_stack_updates(block.operands, block.asm)
+    assert [("RSP" in o["reads"], "RSP" in o["writes"]) for o in ops] == [
+        (False, False),
+        (False, False),
+        (False, False),
+        (True, True),
+        (False, False),
+    ]
+    graph = BlockGraphs.build([dependencies(ops)], [5]).select([0])
+    _, carried = latency_bounds(torch.ones(1, 5), torch.zeros(1, 5), graph)
+    assert carried.item() == 1.0  # the add's own chain
+    plain = BlockGraphs.build([dependencies(block.operands)], [5]).select([0])
+    assert latency_bounds(torch.ones(1, 5), torch.zeros(1, 5), plain)[1].item() == 3.0  # pop, pop, add
 
 
 def test_recorded_store_load_edges_are_forwarded_or_failed(haswell):

@@ -15,6 +15,7 @@ counts that penalty from the store's retirement).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -47,6 +48,20 @@ def dependencies(operands: list[dict]) -> list[Edge]:
             if src is not None:
                 edges.append(Edge(src[0], j, src[1], "memory"))
     return edges
+
+
+def without_stack_updates(operands: list[dict], asm: list[str]) -> list[dict]:
+    """The operands as the extended model's stack engine leaves them: push, pop,
+    call and ret neither read nor write RSP (``engine/native/stack_engine.cpp``)."""
+    return [
+        {**op, "reads": [r for r in op["reads"] if r != "RSP"], "writes": [r for r in op["writes"] if r != "RSP"]}
+        if _STACK_OP.match(text.split()[0])
+        else op
+        for op, text in zip(operands, asm, strict=True)
+    ]
+
+
+_STACK_OP = re.compile(r"(push|pop(?!cnt)|call|ret)")
 
 
 def memory_dependencies(accesses: list[tuple], n: int) -> list[Edge]:

@@ -29,7 +29,7 @@ CODE_VERSIONS = {
     "features": "1",
     "sampled_tables": "2",
     "simulations": "1",
-    "surrogate": "2",
+    "surrogate": "3",
     "learned_params": "3",
     "evaluation": "3",
 }

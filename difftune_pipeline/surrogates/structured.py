@@ -32,7 +32,14 @@ from torch import nn
 
 from difftune_pipeline.engine.table import GLOBALS
 from difftune_pipeline.model.features import containment
-from difftune_pipeline.model.graph import BatchGraph, BlockGraphs, dependencies, latency_bounds, memory_dependencies
+from difftune_pipeline.model.graph import (
+    BatchGraph,
+    BlockGraphs,
+    dependencies,
+    latency_bounds,
+    memory_dependencies,
+    without_stack_updates,
+)
 from difftune_pipeline.model.params import READ_ADVANCE_SLOTS
 from difftune_pipeline.surrogates.base import FitConfig, Pairs, Surrogate, moved
 
@@ -76,11 +83,14 @@ class StructuredBlocks:
     front: torch.Tensor
 
     @classmethod
-    def build(cls, blocks: list, row_index: dict[str, int], memory: bool = False) -> StructuredBlocks:
-        """``memory``: store→load edges come from each block's recorded accesses, timed."""
+    def build(
+        cls, blocks: list, row_index: dict[str, int], memory: bool = False, stack_engine: bool = False
+    ) -> StructuredBlocks:
+        """``memory``: store→load edges come from each block's recorded accesses,
+        timed; ``stack_engine``: no chain through RSP from push/pop/call/ret."""
         rows, edges, static, micro, macro, front = [], [], [], [], [], []
         for block in blocks:
-            ops = block.operands
+            ops = without_stack_updates(block.operands, block.asm) if stack_engine else block.operands
             rows.append(torch.tensor([row_index.get(k, len(row_index)) for k in block.row_keys], dtype=torch.long))
             deps = dependencies(ops)
             if memory and block.accesses:
@@ -213,7 +223,12 @@ class StructuredSurrogate(Surrogate):
         return cls(row_keys, config, containment(resources), globals_=globals_)
 
     def inputs(self, blocks: list) -> StructuredBlocks:
-        return StructuredBlocks.build(blocks, self.row_index, memory="store_forward_latency" in self.globals)
+        return StructuredBlocks.build(
+            blocks,
+            self.row_index,
+            memory="store_forward_latency" in self.globals,
+            stack_engine="stack_sync_uops" in self.globals,
+        )
 
     def build_model(self, pairs: Pairs, train: torch.Tensor) -> StructuredModel:
         return StructuredModel(len(self.contain), self.config.hidden, self.contain, self.globals)
