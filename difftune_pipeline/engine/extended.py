@@ -3,8 +3,8 @@ of the engine, off in the plain ``llvm-mca`` model.
 
 - ``front_end``: predecode bytes per cycle, decoders (one complex), the µop
   queue and the issue width, macro-fusion (cmp/test+jcc) and micro-fusion.
-- ``memory``: a load waits for older stores whose bytes it reads (plus a
-  store-to-load forwarding latency) or whose address it 4K-aliases (a penalty),
+- ``memory``: a load waits for the youngest older store to its bytes (plus a
+  store-to-load forwarding latency) or for one whose address it 4K-aliases (a penalty),
   at the addresses a harness model gives (see ``difftune_pipeline.harness``).
 - ``stack_engine``: push/pop/call/ret leave no dependency chain through RSP
   and no µop to update it; an explicit use of RSP after them costs a sync µop,

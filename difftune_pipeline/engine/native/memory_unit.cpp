@@ -61,20 +61,32 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
   // Stores whose stand-ins have all completed constrain nothing any more.
   while (!Stores.empty() && !waitedFor(Stores.front())) Stores.pop_front();
   const std::vector<Access> Mine = accessesOf(IR.getSourceIndex());
-  if (IS.getMayLoad())
-    for (const Store &S : Stores) {
+  if (IS.getMayLoad()) {
+    // Each load access reads from the youngest older store that writes any of its
+    // bytes (forwarded when one access of that store holds them all); older
+    // stores to those bytes are superseded (a failed forward waits for the
+    // youngest to retire, and the older ones retire before it).
+    std::vector<bool> Served(Mine.size());
+    for (auto S = Stores.rbegin(); S != Stores.rend(); ++S) {
       bool Forward = false, Fail = false, Alias = false;
-      for (const Access &L : Mine)
-        for (const Access &W : S.Bytes)
-          if (!L.store && W.store) {
-            const bool Reads = overlap(L.address, L.size, W.address, W.size);
-            Forward |= Reads && contains(W, L);
-            Fail |= Reads && !contains(W, L);
+      for (size_t I = 0; I < Mine.size(); ++I) {
+        const Access &L = Mine[I];
+        if (L.store || Served[I]) continue;
+        bool Reads = false, Whole = false;
+        for (const Access &W : S->Bytes)
+          if (W.store) {
+            Reads |= overlap(L.address, L.size, W.address, W.size);
+            Whole |= contains(W, L);
             Alias |= Map.Exact && alias4k(L, W);
           }
-      const unsigned From = Fail ? S.Fail : Forward ? S.Forward : Alias ? S.Alias : 0;
+        Served[I] = Reads;
+        Forward |= Reads && Whole;
+        Fail |= Reads && !Whole;
+      }
+      const unsigned From = Fail ? S->Fail : Forward ? S->Forward : Alias ? S->Alias : 0;
       if (From && isValidGroupID(From)) getGroup(From).addSuccessor(&Group, true);
     }
+  }
   if (IS.getMayStore()) Stores.push_back({G, standIn(), standIn(), standIn(), IR.getSourceIndex(), Mine});
   return G;
 }

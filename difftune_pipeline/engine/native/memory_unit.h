@@ -1,5 +1,5 @@
 // The extended model's load/store unit: an LSUnitBase in which a load waits for
-// every older store whose bytes it reads, at the addresses a harness model
+// the youngest older store that writes bytes it reads, at the addresses a harness model
 // recorded: forwarded from the store when one store access holds all the bytes
 // the load reads there, or else after the store retires (a failed forward); a
 // load whose address only 4K-aliases an older store's waits too. Nothing else
