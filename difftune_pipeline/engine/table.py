@@ -72,7 +72,7 @@ class ParamTable:
         if "stack_engine" in added:
             out.rows.update({k: extended.without_stack_update(out.rows[k]) for k in stack_rows})
         if llvm is not None and "stack_engine" in removed:
-            out.rows.update({k: _copy({k: llvm.rows[k]})[k] for k in stack_rows if k in llvm.rows})
+            out.rows.update(_copy({k: llvm.rows[k] for k in stack_rows if k in llvm.rows}))
         if llvm is not None and "front_end" in removed:  # dispatch counts LLVM's way again
             out.globals["dispatch_width"] = llvm.globals["dispatch_width"]
         return out
