@@ -52,6 +52,20 @@ def test_an_extended_space_is_named_by_the_defaults_it_samples_around(haswell, s
     assert ParamSpace.create(keys, haswell, default).fingerprint() == space.fingerprint()  # llvm-mca's: unchanged
 
 
+def test_a_new_engine_revision_renames_extended_tables_and_spaces(haswell, space_and_default, monkeypatch):
+    """Results stored under mechanisms that simulated differently are never reused."""
+    from difftune_pipeline.engine import extended
+
+    space, default, _ = space_and_default
+    ext = default.with_model(("memory",), "bhive")
+    before = ext.fingerprint(), ParamSpace.create(space.keys, haswell, ext).fingerprint()
+    plain = default.fingerprint(), space.fingerprint()
+    monkeypatch.setattr(extended, "REVISION", extended.REVISION + 1)
+    after = ext.fingerprint(), ParamSpace.create(space.keys, haswell, ext).fingerprint()
+    assert before[0] != after[0] and before[1] != after[1]
+    assert (default.fingerprint(), space.fingerprint()) == plain  # llvm-mca's model is LLVM's own
+
+
 def test_difftune_preset_ranges(space_and_default):
     space, default, _ = space_and_default
     m, g = space.sample("difftune", 0, default)

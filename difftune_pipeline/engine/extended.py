@@ -64,6 +64,11 @@ GLOBALS: dict[str, Global] = {
     "moves_eliminated": Global("move_elimination", 4, (1, 6), 1, 4.0),
 }
 MECHANISMS = ("front_end", "memory", "stack_engine", "move_elimination")
+# What the mechanisms simulate, versioned: a table's id and a parameter space's id
+# under the extended model name it, so that results stored by an engine whose
+# mechanisms simulated differently are never taken for this one's. Bump it with
+# any change to what a mechanism simulates.
+REVISION = 2
 PARAMETERS: dict[str, tuple[str, ...]] = {
     m: tuple(n for n, g in GLOBALS.items() if g.mechanism == m) for m in MECHANISMS
 }

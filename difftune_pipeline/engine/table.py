@@ -167,7 +167,8 @@ class ParamTable:
 
     # ---- comparisons ------------------------------------------------------
     def fingerprint(self) -> str:
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+        doc = self.to_dict() | ({"revision": extended.REVISION} if self.mechanisms else {})
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
     def changed_rows(self, base: ParamTable) -> dict[str, dict]:
         """Rows of this table that differ from (or are absent in) ``base``."""

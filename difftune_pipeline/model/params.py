@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from difftune_pipeline.engine import LIMITS, Engine
+from difftune_pipeline.engine import LIMITS, Engine, extended
 from difftune_pipeline.engine.extended import GLOBALS as EXTENDED_GLOBALS
 from difftune_pipeline.engine.extended import PLAIN
 from difftune_pipeline.engine.table import GLOBALS, ParamTable
@@ -71,7 +71,8 @@ class ParamSpace:
         return 2 + READ_ADVANCE_SLOTS + len(self.resources)
 
     def fingerprint(self) -> str:
-        extra = [self.globals, self.model, self.origin] if self.model != PLAIN else []  # llvm-mca's keep their ids
+        # llvm-mca's spaces keep their ids: LLVM's own model is fixed by the LLVM version
+        extra = [self.globals, self.model, self.origin, extended.REVISION] if self.model != PLAIN else []
         text = json.dumps([self.keys, self.resources, *extra])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
