@@ -68,9 +68,10 @@ def test_a_uop_and_its_port_move_together():
     found = {(c, d): r for c, d, r in moves(llvm)}
     assert found[("uops,port:HWPort0156", -1)] == {**llvm, "uops": 1, "ports": {"HWPort0156": 0, "HWPort23": 1}}
     one = {"latency": [1], "uops": 1, "read_advance": [], "ports": {"HWPort0": 1, "HWPort1": 0}}
-    assert ("uops,port:HWPort1", -1) not in {(c, d) for c, d, _ in moves(one)}
-    # a µop without cycles would be left on a row that still uses a port: refused
     assert ("uops,port:HWPort0", -1) in {(c, d) for c, d, _ in moves(one)}  # nothing left: both 0
+    # no µop would be left on a row that still uses a port: refused
+    two_ports = {"latency": [1], "uops": 1, "read_advance": [], "ports": {"HWPort0": 1, "HWPort1": 1}}
+    assert ("uops,port:HWPort0", -1) not in {(c, d) for c, d, _ in moves(two_ports)}
     columns = ["latency", "uops", "port:HWPort0156", "port:HWPort23"]
     grad = {"POP": np.array([0.0, 0.3, 0.3, -0.1])}  # the gain of a pair is the sum of its columns'
     proposed = gradient_proposer(grad, columns, top=1)("POP", llvm)

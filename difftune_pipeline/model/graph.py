@@ -15,7 +15,6 @@ counts that penalty from the store's retirement).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import torch
@@ -50,18 +49,15 @@ def dependencies(operands: list[dict]) -> list[Edge]:
     return edges
 
 
-def without_stack_updates(operands: list[dict], asm: list[str]) -> list[dict]:
-    """The operands as the extended model's stack engine leaves them: push, pop,
-    call and ret neither read nor write RSP (``engine/native/stack_engine.cpp``)."""
+def without_stack_updates(operands: list[dict]) -> list[dict]:
+    """The operands as the extended model's stack engine leaves them: the stack
+    operations the engine marks (push, pop, call, ret) neither read nor write RSP."""
     return [
         {**op, "reads": [r for r in op["reads"] if r != "RSP"], "writes": [r for r in op["writes"] if r != "RSP"]}
-        if _STACK_OP.match(text.split()[0])
+        if op["stack_op"]
         else op
-        for op, text in zip(operands, asm, strict=True)
+        for op in operands
     ]
-
-
-_STACK_OP = re.compile(r"(push|pop(?!cnt)|call|ret)")
 
 
 def memory_dependencies(accesses: list[tuple], n: int) -> list[Edge]:

@@ -90,7 +90,7 @@ class StructuredBlocks:
         timed; ``stack_engine``: no chain through RSP from push/pop/call/ret."""
         rows, edges, static, micro, macro, front = [], [], [], [], [], []
         for block in blocks:
-            ops = without_stack_updates(block.operands, block.asm) if stack_engine else block.operands
+            ops = without_stack_updates(block.operands) if stack_engine else block.operands
             rows.append(torch.tensor([row_index.get(k, len(row_index)) for k in block.row_keys], dtype=torch.long))
             deps = dependencies(ops)
             if memory and block.accesses:

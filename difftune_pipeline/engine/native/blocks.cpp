@@ -2,6 +2,7 @@
 // instruction's printed text, parameter-row key and operands.
 #include "engine_impl.h"
 #include "front_end.h"
+#include "stack_engine.h"
 
 #include "llvm/MC/MCCodeEmitter.h"
 #include "llvm/MC/MCFixup.h"
@@ -59,6 +60,7 @@ InstrOperands instrOperands(const EngineImpl &E, const MCInst &MI) {
   APInt Mask;
   O.dependency_breaking = E.MCIA->isZeroIdiom(MI, Mask, E.SM->getProcessorID()) ||
                           E.MCIA->isDependencyBreaking(MI, Mask, E.SM->getProcessorID());
+  O.stack_op = isStackOp(E, MI);
   for (unsigned I = 0; I < MI.getNumOperands(); ++I) {
     const MCOperand &Op = MI.getOperand(I);
 #if LLVM_VERSION_MAJOR >= 16

@@ -7,18 +7,6 @@ namespace {
 
 bool isRsp(const EngineImpl &E, MCPhysReg R) { return R && E.MRI->isSubRegisterEq(E.RSP, R); }
 
-// push/pop/call/ret (and their flag and immediate forms): RSP is both an
-// implicit use and an implicit def. leave and enter are not: they copy RBP.
-bool isStackOp(const EngineImpl &E, const MCInst &MI) {
-  const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
-  const StringRef Name = E.MCII->getName(MI.getOpcode());
-  if (Name.starts_with("LEAVE") || Name.starts_with("ENTER")) return false;
-  auto Has = [&](ArrayRef<MCPhysReg> Regs) {
-    return llvm::any_of(Regs, [&](MCPhysReg R) { return isRsp(E, R); });
-  };
-  return Has(D.implicit_uses()) && Has(D.implicit_defs());
-}
-
 bool namesRsp(const EngineImpl &E, const MCInst &MI) {
   const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
   for (const MCOperand &Op : MI)
@@ -31,6 +19,18 @@ bool namesRsp(const EngineImpl &E, const MCInst &MI) {
 }
 
 }  // namespace
+
+// push/pop/call/ret (and their flag and immediate forms): RSP is both an
+// implicit use and an implicit def. leave and enter are not: they copy RBP.
+bool isStackOp(const EngineImpl &E, const MCInst &MI) {
+  const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
+  const StringRef Name = E.MCII->getName(MI.getOpcode());
+  if (Name.starts_with("LEAVE") || Name.starts_with("ENTER")) return false;
+  auto Has = [&](ArrayRef<MCPhysReg> Regs) {
+    return llvm::any_of(Regs, [&](MCPhysReg R) { return isRsp(E, R); });
+  };
+  return Has(D.implicit_uses()) && Has(D.implicit_defs());
+}
 
 std::vector<bool> applyStackEngine(const EngineImpl &E, const BlockImpl &B,
                                    SmallVectorImpl<std::unique_ptr<mca::Instruction>> &Lowered,

@@ -10,6 +10,9 @@
 
 namespace dt {
 
+// Whether MI is a stack operation: push/pop/call/ret, whose RSP update the stack engine does.
+bool isStackOp(const EngineImpl &E, const llvm::MCInst &MI);
+
 // Drops the RSP reads and writes of B's stack operations from their lowered
 // instructions; returns which instructions need a sync µop before them (an
 // explicit use of RSP with a stack operation since the previous one, around the
