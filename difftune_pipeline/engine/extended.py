@@ -6,9 +6,9 @@ of the engine, off in the plain ``llvm-mca`` model.
 - ``memory``: a load waits for the youngest older store to its bytes (plus a
   store-to-load forwarding latency) or for one whose address it 4K-aliases (a penalty),
   at the addresses a harness model gives (see ``difftune_pipeline.harness``).
-- ``stack_engine``: push/pop/call/ret leave no dependency chain through RSP
-  and no µop to update it; an explicit use of RSP after them costs a sync µop,
-  which also sits in the RSP chain (one cycle each).
+- ``stack_engine``: push and pop leave no dependency chain through RSP, and
+  push/pop/call/ret no µop to update it; an explicit use of RSP after them costs
+  a sync µop, which also sits in the RSP chain (one cycle each).
 - ``move_elimination``: register-to-register moves are renamed away (no µop,
   no latency), a limited number a cycle.
 

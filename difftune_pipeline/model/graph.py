@@ -51,7 +51,8 @@ def dependencies(operands: list[dict]) -> list[Edge]:
 
 def without_stack_updates(operands: list[dict]) -> list[dict]:
     """The operands as the extended model's stack engine leaves them: the stack
-    operations the engine marks (push, pop, call, ret) neither read nor write RSP."""
+    operations the engine marks (push and pop; LLVM gives call and ret no RSP
+    write, so they never fed a chain) neither read nor write RSP."""
     return [
         {**op, "reads": [r for r in op["reads"] if r != "RSP"], "writes": [r for r in op["writes"] if r != "RSP"]}
         if op["stack_op"]

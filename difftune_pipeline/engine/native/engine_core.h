@@ -81,7 +81,7 @@ struct InstrOperands {
   std::vector<std::string> reads, writes;  // registers, widened to their largest super-register
   bool may_load = false, may_store = false;
   bool dependency_breaking = false;  // zero idiom / dependency-breaking: its register reads are dropped
-  bool stack_op = false;  // push/pop/call/ret: under the stack engine they neither read nor write RSP
+  bool stack_op = false;  // push/pop: under the stack engine they neither read nor write RSP
   std::string address;               // the memory operand (base,scale,index,disp,segment); "" if none
 };
 

@@ -20,8 +20,8 @@ bool namesRsp(const EngineImpl &E, const MCInst &MI) {
 
 }  // namespace
 
-// push/pop/call/ret (and their flag and immediate forms): RSP is both an
-// implicit use and an implicit def. leave and enter are not: they copy RBP.
+// RSP is both an implicit use and an implicit def (push, pop and their flag and
+// immediate forms). leave and enter are not: they copy RBP.
 bool isStackOp(const EngineImpl &E, const MCInst &MI) {
   const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
   const StringRef Name = E.MCII->getName(MI.getOpcode());

@@ -10,7 +10,8 @@
 
 namespace dt {
 
-// Whether MI is a stack operation: push/pop/call/ret, whose RSP update the stack engine does.
+// Whether MI is a stack operation, whose RSP update the stack engine does: an implicit use
+// and def of RSP (push, pop and their flag forms; LLVM gives call and ret no RSP def).
 bool isStackOp(const EngineImpl &E, const llvm::MCInst &MI);
 
 // Drops the RSP reads and writes of B's stack operations from their lowered
