@@ -38,6 +38,7 @@ class SearchConfig:
     max_moves_per_row: int = 3  # accepted moves on one row per visit
     sample_blocks: int = 150  # a move is judged on at most this many of the row's blocks
     halving: bool = False  # also try halving values >= 4: reaches far-off values (znver1's 100-cycle placeholders)
+    prior: float = 0.0  # the train error (summed over blocks) a step away from the default table must buy
     seed: int = 0
 
 
@@ -74,6 +75,20 @@ def moves(row: dict, halving: bool = False) -> list[tuple[str, int, dict]]:
             if cycles + d >= 0 and row["uops"] + d >= (1 if any(c > 0 for c in ports.values()) else 0):
                 out.append((f"uops,port:{res}", d, {**row, "uops": row["uops"] + d, "ports": ports}))
     return [(column, d, canonical_row(r)) for column, d, r in out]
+
+
+def distance(row: dict, reference: dict) -> int:
+    """Unit steps between two versions of a row: latencies, µops, resource cycles
+    and ReadAdvance cycles (the units of ``moves``)."""
+    ports = set(row["ports"]) | set(reference["ports"])
+    advance = {(u, w): c for u, w, c in reference["read_advance"]}
+    own = {(u, w): c for u, w, c in row["read_advance"]}
+    return (
+        sum(abs(a - b) for a, b in zip(row["latency"], reference["latency"]))
+        + abs(row["uops"] - reference["uops"])
+        + sum(abs(row["ports"].get(p, 0) - reference["ports"].get(p, 0)) for p in ports)
+        + sum(abs(own.get(k, 0) - advance.get(k, 0)) for k in set(own) | set(advance))
+    )
 
 
 def gradient_proposer(grad: dict[str, np.ndarray], columns: list[str], top: int = 3, halving: bool = False):
@@ -182,14 +197,17 @@ class Search:
             if self.spent + len(idx) * len(candidates) > self.config.budget:
                 break
             errs = self._errors(idx, [self.table({key: r}) for _, _, r in candidates])
-            gain = self.error[idx].sum() - np.abs(errs).sum(axis=1)
+            reference, here = self.default.rows[key], distance(row, self.default.rows[key])
+            price = self.config.prior * np.array([distance(r, reference) - here for _, _, r in candidates])
+            # a sample's gain scaled to the row's blocks, less the prior's price of the step
+            gain = (self.error[idx].sum() - np.abs(errs).sum(axis=1)) * len(idx_all) / len(idx) - price
             best = int(np.argmax(gain))
             if gain[best] <= 1e-9:
                 break
             column, step, row = candidates[best]
             if len(idx) < len(idx_all):  # judged on a sample: confirm on every block of the row
                 full = self._errors(idx_all, [self.table({key: row})])[0]
-                if np.abs(full).sum() >= self.error[idx_all].sum():
+                if np.abs(full).sum() + price[best] >= self.error[idx_all].sum():
                     break
                 self.signed[idx_all] = full
             else:
@@ -207,7 +225,7 @@ class Search:
         step = {"micro_op_buffer_size": 16, "uop_queue_size": 8}
         options = [(g, d * step.get(g, 1)) for g in self.globals for d in (-1, 1)]
         candidates = [
-            (f"{g}{d:+d}", {**self.globals, g: self.globals[g] + d})
+            (g, d, {**self.globals, g: self.globals[g] + d})
             for g, d in options
             if LIMITS[g][0] <= self.globals[g] + d <= LIMITS[g][1]
         ]
@@ -217,17 +235,19 @@ class Search:
         if len(everything) * len(candidates) > self.config.budget // 4:
             size = max(self.config.sample_blocks, self.config.budget // 4 // len(candidates))
             judged = np.sort(self.rng.choice(everything, min(size, len(everything)), replace=False))
-        cost = len(judged) * len(candidates) + (len(everything) if len(judged) < len(everything) else 0)
-        if self.spent + cost > self.config.budget:
+        spend = len(judged) * len(candidates) + (len(everything) if len(judged) < len(everything) else 0)
+        if self.spent + spend > self.config.budget:
             return []
-        errs = self._errors(judged, [self.table(globals_=g) for _, g in candidates])
-        gain = self.error[judged].sum() - np.abs(errs).sum(axis=1)
+        errs = self._errors(judged, [self.table(globals_=new) for _, _, new in candidates])
+        away = lambda values, g: abs(values[g] - self.default.globals[g]) / step.get(g, 1)  # noqa: E731
+        price = self.config.prior * np.array([away(new, g) - away(self.globals, g) for g, _, new in candidates])
+        gain = (self.error[judged].sum() - np.abs(errs).sum(axis=1)) * len(everything) / len(judged) - price
         best = int(np.argmax(gain))
         if gain[best] <= 1e-9:
             return []
-        self.globals = candidates[best][1]
+        g, d, self.globals = candidates[best]
         self.signed = errs[best] if len(judged) == len(everything) else self._errors(everything, [self.table()])[0]
-        return [candidates[best][0]]
+        return [f"{g}{d:+d}"]
 
     @property
     def train_mape(self) -> float:
