@@ -4,7 +4,7 @@ error, a budget that holds, train error that only falls, val selection."""
 import numpy as np
 
 from difftune_pipeline.engine import InvalidTable, ParamTable
-from difftune_pipeline.tuners.search import Search, SearchConfig, distance, gradient_proposer, moves, search
+from difftune_pipeline.tuners.search import Search, SearchConfig, gradient_proposer, moves, search
 
 
 def test_moves_are_valid_rows_or_refused_overlaps(haswell):
@@ -46,42 +46,6 @@ def test_search_lowers_train_error_within_its_budget(haswell, sample_rows):
     assert history[-1]["train_mape"] < start_error
     assert [h["train_mape"] for h in history] == sorted((h["train_mape"] for h in history), reverse=True)
     assert len(calls) == len(history)  # the start and every round scored on val
-
-
-def test_distance_counts_unit_steps():
-    llvm = {"latency": [6, 1], "uops": 2, "read_advance": [[3, 0, 5]], "ports": {"HWPort0156": 1, "HWPort23": 1}}
-    assert distance(llvm, llvm) == 0
-    moved = {"latency": [4, 1], "uops": 1, "read_advance": [], "ports": {"HWPort23": 3}}
-    assert distance(moved, llvm) == distance(llvm, moved) == 2 + 1 + 5 + 1 + 2
-    for _, step, row in moves(llvm):  # a move is one step, a paired one two
-        assert distance(row, llvm) in (abs(step), 2 * abs(step))
-
-
-def test_the_prior_keeps_the_search_near_the_default(haswell, sample_rows):
-    """A step away from the default table has to buy ``prior`` of summed train
-    error: a prior nothing can pay for leaves the default alone, and from a worse
-    table it still lets every row come back, never go further."""
-    rows = sample_rows[:300]
-    blocks = haswell.disassemble_many([h for h, _ in rows])
-    keep = [i for i, b in enumerate(blocks) if b.ok]
-    blocks, measured = [blocks[i] for i in keep], np.array([rows[i][1] for i in keep])
-    default = haswell.default_table(blocks)
-    for prior in (0.0, 1e6):
-        state = Search(haswell, blocks, measured, default, SearchConfig(budget=4000, prior=prior))
-        accepted = state.improve_globals() + [m for key in state.index for m in state.improve_row(key)]
-        assert bool(accepted) == (prior == 0.0) and bool(state.changes) == (prior == 0.0)
-    worse = default.copy()
-    for key in ("MOV64rm", "MOV32rm", "ADD64rr"):
-        worse.rows[key] = {**worse.rows[key], "latency": [v + 6 for v in worse.rows[key]["latency"]]}
-    config = SearchConfig(budget=6000, rounds=2, prior=1e6)
-    state = Search(haswell, blocks, measured, default, config, start=worse)
-    start_error = state.train_mape
-    for key in state.index:
-        state.improve_row(key)
-    assert state.train_mape < start_error
-    for key, row in state.changes.items():
-        assert distance(row, default.rows[key]) <= distance(worse.rows.get(key, default.rows[key]), default.rows[key])
-    assert any(distance(state.changes[k], default.rows[k]) < 6 for k in ("MOV64rm", "MOV32rm", "ADD64rr"))
 
 
 def test_gradient_proposer_ranks_moves_by_predicted_gain():

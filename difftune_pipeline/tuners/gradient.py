@@ -1,9 +1,11 @@
 """The surrogate tuner: learning the parameter table through a frozen surrogate (DiffTune §4).
 
 The table is a learnable tensor; ``abs()`` keeps it non-negative before the
-surrogate; the loss is MAPE against measured throughputs of the train blocks;
-Adam with lr 0.05. Every few steps the current table is extracted to valid
-integers and scored on the val blocks by the real engine; the best one wins.
+surrogate; the loss is MAPE against measured throughputs of the train blocks
+(plus, with ``prior``, the search's price of each unit away from the default
+table, per train block); Adam with lr 0.05. Every few steps the current table
+is extracted to valid integers and scored on the val blocks by the real engine;
+the best one wins.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class TuneConfig:
     lr: float = 0.05
     batch_blocks: int = 256
     validate_every: int = 25
+    prior: float = 0.0  # summed train error a unit of a row away from the default costs (as search.prior)
     seed: int = 0
 
 
@@ -40,9 +43,11 @@ def tune(
     score: Callable[[ParamTable], float],
     config: TuneConfig,
     log=print,
+    reference: ParamTable | None = None,
 ) -> tuple[ParamTable, list[dict]]:
     """Optimise the table through ``predict(matrix, globals, block indices)`` (a
-    frozen differentiable surrogate) against ``measured`` train throughputs.
+    frozen differentiable surrogate) against ``measured`` train throughputs, and
+    with ``config.prior`` toward ``reference``'s rows (default: ``start``).
     Returns the table with the best ``score`` (engine MAPE on val) among the
     start table and the tables extracted along the optimisation, and the history."""
     torch.manual_seed(config.seed)
@@ -51,6 +56,7 @@ def tune(
     theta = torch.tensor(matrix, requires_grad=True)
     gvec = torch.tensor(globals_, requires_grad=True)
     truth = torch.tensor(measured, dtype=torch.float32)
+    anchor = torch.tensor(space.encode(reference or start)[0])
     optimizer = torch.optim.Adam([theta, gvec], lr=config.lr)
 
     best_score = score(start)
@@ -59,8 +65,9 @@ def tune(
     for step in range(1, config.steps + 1):
         idx = torch.tensor(rng.choice(n_blocks, size=min(config.batch_blocks, n_blocks), replace=False))
         loss = mape_loss(predict(theta.abs(), gvec.abs(), idx), truth[idx])
+        objective = loss + config.prior / n_blocks * (theta.abs() - anchor).abs().sum()
         optimizer.zero_grad()
-        loss.backward()
+        objective.backward()
         optimizer.step()
         if step % config.validate_every == 0 or step == config.steps:
             candidate = space.decode(theta.detach().numpy(), gvec.detach().numpy(), start)
@@ -112,4 +119,5 @@ class SurrogateTuner:
             problem.score,
             self.config,
             log=problem.log,
+            reference=problem.default,
         )
