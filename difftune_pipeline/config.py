@@ -34,7 +34,7 @@ class Settings:
     surrogate_model: str = "structured"  # structured | ithemal (DiffTune's LSTM)
     lstm: LSTMConfig = field(default_factory=LSTMConfig)
     structured: StructuredConfig = field(default_factory=StructuredConfig)
-    tuner: str = "combined"  # surrogate | direct | combined (tuners/__init__.py)
+    tuner: str = "combined"  # surrogate | direct | combined | combined+direct (tuners/__init__.py)
     tune: TuneConfig = field(default_factory=TuneConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     max_surrogate_heldout_mape: float = 0.25  # the surrogate's fidelity check fails above this

@@ -4,6 +4,7 @@ and SQL only in the warehouse package."""
 
 import re
 
+import numpy as np
 import pytest
 
 from conftest import ROOT, SAMPLE
@@ -52,7 +53,12 @@ def test_every_named_tuner_composes_and_an_unknown_one_is_refused():
     stages_of = {
         name: [t.stage for t in tuners.compose(name, settings.tune, settings.search)] for name in tuners.TUNERS
     }
-    assert stages_of == {"surrogate": ["surrogate"], "direct": ["search"], "combined": ["surrogate", "search"]}
+    assert stages_of == {
+        "surrogate": ["surrogate"],
+        "direct": ["search"],
+        "combined": ["surrogate", "search"],
+        "combined+direct": ["surrogate", "search", "search from default"],
+    }
     with pytest.raises(ValueError, match="unknown tuner 'annealing'"):
         tuners.compose("annealing", settings.tune, settings.search)
 
@@ -73,6 +79,19 @@ class DispatchWidthTuner:
             if history[-1]["val_mape"] < best_val:
                 best, best_val = table, history[-1]["val_mape"]
         return best, history
+
+
+def test_a_second_start_from_the_default_wins_only_when_better_on_val(haswell):
+    default = haswell.default_table()
+    problem = tuners.Problem(haswell, [], np.array([]), default, lambda t: abs(t.globals["dispatch_width"] - 5))
+    second = tuners.FromDefault(DispatchWidthTuner())
+    assert second.stage == "toy from default" and second.config == DispatchWidthTuner.config
+    good, bad = default.copy(), default.copy()
+    good.globals["dispatch_width"], bad.globals["dispatch_width"] = 5, 2
+    kept, history = second.tune(good, problem)
+    assert kept is good and len(history) == 5  # it ran, from LLVM's table, and lost the tie
+    found, _ = second.tune(bad, problem)
+    assert found.globals["dispatch_width"] == 5 and found.rows == default.rows
 
 
 def test_a_toy_tuner_is_one_class_and_one_line(haswell, warehouse, monkeypatch):

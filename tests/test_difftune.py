@@ -247,7 +247,13 @@ def test_a_tuning_change_reuses_the_surrogate_and_relearns(simulated):
 
 @pytest.mark.parametrize(
     "model, tuner",
-    [("ithemal", "surrogate"), ("structured", "surrogate"), ("structured", "direct"), ("structured", "combined")],
+    [
+        ("ithemal", "surrogate"),
+        ("structured", "surrogate"),
+        ("structured", "direct"),
+        ("structured", "combined"),
+        ("structured", "combined+direct"),
+    ],
 )
 def test_each_surrogate_and_tuner_learns_a_valid_table_no_worse_on_val(simulated, model, tuner):
     ctx = simulated
@@ -260,4 +266,12 @@ def test_each_surrogate_and_tuner_learns_a_valid_table_no_worse_on_val(simulated
     _, default = chosen.default_table()
     assert chosen.score(learned, "val")[0] <= chosen.score(default, "val")[0] + 1e-12
     ran = {h["stage"] for h in out["history"]}
-    assert ran == {"surrogate": {"surrogate"}, "direct": {"search"}, "combined": {"surrogate", "search"}}[tuner]
+    assert (
+        ran
+        == {
+            "surrogate": {"surrogate"},
+            "direct": {"search"},
+            "combined": {"surrogate", "search"},
+            "combined+direct": {"surrogate", "search", "search from default"},
+        }[tuner]
+    )

@@ -3,7 +3,7 @@ module with a class that has ``tune(start, problem)`` and a line in ``TUNERS``."
 
 from collections.abc import Callable
 
-from difftune_pipeline.tuners.base import Problem, SurrogateView, Tuner, run
+from difftune_pipeline.tuners.base import FromDefault, Problem, SurrogateView, Tuner, run
 from difftune_pipeline.tuners.gradient import SurrogateTuner, TuneConfig
 from difftune_pipeline.tuners.search import DirectSearch, SearchConfig
 
@@ -12,6 +12,12 @@ TUNERS: dict[str, Callable[[TuneConfig, SearchConfig], list[Tuner]]] = {
     "surrogate": lambda tune, search: [SurrogateTuner(tune)],
     "direct": lambda tune, search: [DirectSearch(search)],
     "combined": lambda tune, search: [SurrogateTuner(tune), DirectSearch(search, proposals="surrogate")],
+    # the combination, and the direct search from LLVM's table: the better on val
+    "combined+direct": lambda tune, search: [
+        SurrogateTuner(tune),
+        DirectSearch(search, proposals="surrogate"),
+        FromDefault(DirectSearch(search)),
+    ],
 }
 
 

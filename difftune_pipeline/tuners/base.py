@@ -48,6 +48,20 @@ class Tuner(Protocol):
         ...
 
 
+class FromDefault:
+    """A tuner run again from LLVM's table: a second start for a local search,
+    whose first start may be a basin the second avoids. The better on val of the
+    table it is given and the one it finds wins."""
+
+    def __init__(self, tuner: Tuner):
+        self.tuner, self.config, self.needs_surrogate = tuner, tuner.config, tuner.needs_surrogate
+        self.stage = f"{tuner.stage} from default"
+
+    def tune(self, start: ParamTable, problem: Problem) -> tuple[ParamTable, list[dict]]:
+        found, history = self.tuner.tune(problem.default, problem)
+        return (found if problem.score(found) < problem.score(start) else start), history
+
+
 def run(tuners: list[Tuner], problem: Problem) -> tuple[ParamTable, list[dict]]:
     """Each tuner starts from the table the previous one returned (the first from LLVM's)."""
     best, history = problem.default, []
