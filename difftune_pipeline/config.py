@@ -73,10 +73,11 @@ PROFILES: dict[str, dict[str, Any]] = {
         "tune.steps": 400,
         "search.budget": 192_000,
         # a step away from LLVM's value must buy 0.3 of summed train error (30
-        # points of one block's error), and the search may halve a value: on
-        # val, Skylake 10.48% -> 10.00%, Haswell, Ivy Bridge in the README
+        # points of one block's error), and the search may halve a value; the
+        # search also starts again from LLVM's table (README: "A prior")
         "search.prior": 0.3,
         "search.halving": True,
+        "tuner": "combined+direct",
     },
 }
 
