@@ -4,8 +4,9 @@ Each move changes one parameter row (latency of every def, µops, one
 ReadAdvance entry, the cycles of one resource the row uses) and is scored by
 simulating only the train blocks that contain that row, so a move costs as
 many simulations as the row has blocks, not the whole train set. The loss is
-the train MAPE, kept exact: accepting a move re-simulates all of the row's
-blocks. Rows are visited by the error they carry; after each round the table
+the train MAPE (with ``prior``, plus a price per unit a row or global moves
+away from the default table), kept exact: accepting a move re-simulates all of
+the row's blocks. Rows are visited by the error they carry; after each round the table
 is scored on val and the best table on val wins (test is never looked at).
 
 ``propose`` lets another model (a surrogate's gradient) choose the moves; the
