@@ -33,6 +33,10 @@ class TuneConfig:
     prior: float = 0.0  # summed train error a unit of a row away from the default costs (as search.prior)
     seed: int = 0
 
+    def __post_init__(self):
+        if not self.prior >= 0:
+            raise ValueError(f"tune.prior must be at least 0, got {self.prior!r}")
+
 
 def tune(
     predict: Predict,

@@ -42,6 +42,10 @@ class SearchConfig:
     prior: float = 0.0  # the train error (summed over blocks) a step away from the default table must buy
     seed: int = 0
 
+    def __post_init__(self):
+        if not self.prior >= 0:  # a negative one would pay the search to wander off
+            raise ValueError(f"search.prior must be at least 0, got {self.prior!r}")
+
 
 def moves(row: dict, halving: bool = False) -> list[tuple[str, int, dict]]:
     """Unit steps from ``row`` (and, with ``halving``, halving any value >= 4):
