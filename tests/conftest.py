@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from difftune_pipeline.engine import Engine
@@ -23,6 +24,15 @@ def haswell() -> Engine:
 def sample_rows() -> list[tuple[str, float]]:
     with open(SAMPLE / "bhive_hsw_sample.csv") as fh:
         return [(h, float(c)) for h, c in csv.reader(fh)]
+
+
+@pytest.fixture(scope="session")
+def haswell_train(haswell, sample_rows):
+    """The first 300 sample blocks that disassemble, and their measured cycles: a small train set."""
+    rows = sample_rows[:300]
+    blocks = haswell.disassemble_many([h for h, _ in rows])
+    keep = [i for i, b in enumerate(blocks) if b.ok]
+    return [blocks[i] for i in keep], np.array([rows[i][1] for i in keep])
 
 
 @pytest.fixture

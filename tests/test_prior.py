@@ -17,14 +17,11 @@ def test_distance_counts_unit_steps():
         assert distance(row, llvm) in (abs(step), 2 * abs(step))
 
 
-def test_the_prior_keeps_the_search_near_the_default(haswell, sample_rows):
+def test_the_prior_keeps_the_search_near_the_default(haswell, haswell_train):
     """A step away from the default table has to buy ``prior`` of summed train
     error: a prior nothing can pay for leaves the default alone, and from a worse
     table it still lets every row come back, never go further."""
-    rows = sample_rows[:300]
-    blocks = haswell.disassemble_many([h for h, _ in rows])
-    keep = [i for i, b in enumerate(blocks) if b.ok]
-    blocks, measured = [blocks[i] for i in keep], np.array([rows[i][1] for i in keep])
+    blocks, measured = haswell_train
     default = haswell.default_table(blocks)
     for prior in (0.0, 1e6):
         state = Search(haswell, blocks, measured, default, SearchConfig(budget=4000, prior=prior))

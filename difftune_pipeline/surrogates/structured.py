@@ -87,7 +87,7 @@ class StructuredBlocks:
         cls, blocks: list, row_index: dict[str, int], memory: bool = False, stack_engine: bool = False
     ) -> StructuredBlocks:
         """``memory``: store→load edges come from each block's recorded accesses,
-        timed; ``stack_engine``: no chain through RSP from push/pop/call/ret."""
+        timed; ``stack_engine``: no chain through RSP from push and pop (the engine's stack operations)."""
         rows, edges, static, micro, macro, front = [], [], [], [], [], []
         for block in blocks:
             ops = without_stack_updates(block.operands) if stack_engine else block.operands
