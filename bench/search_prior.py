@@ -4,7 +4,7 @@ budget with each ``--prior`` (a trailing ``h``: with halving), scored on train,
 val and test through the real engine, with the rows it changed.
 
     .venv/bin/python bench/search_prior.py --warehouse W.duckdb [--mcpu skylake] \
-        [--priors 0 0.3 0.3h 1] [--budget 192000]
+        [--priors 0 0.5h 1h] [--budget 192000]
 
 W is a warehouse the ``full`` profile tuned (its splits and measurements); it
 is only read.
@@ -28,7 +28,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--warehouse", required=True)
     parser.add_argument("--mcpu", nargs="*", default=["haswell", "skylake", "ivybridge"])
-    parser.add_argument("--priors", nargs="*", default=["0", "0.3", "0.3h", "1"])
+    parser.add_argument("--priors", nargs="*", default=["0", "0.5h", "1h"])
     parser.add_argument("--budget", type=int, default=192_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()

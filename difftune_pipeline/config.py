@@ -72,10 +72,10 @@ PROFILES: dict[str, dict[str, Any]] = {
         "structured.seconds": 300,
         "tune.steps": 400,
         "search.budget": 192_000,
-        # a step away from LLVM's value must buy 0.3 of summed train error (30
-        # points of one block's error), and the search may halve a value; the
-        # search also starts again from LLVM's table (README: "A prior")
-        "search.prior": 0.3,
+        # a log_scale unit away from LLVM's value (a halving) must buy 0.5 of
+        # summed train error (50 points of one block's error), and the search may
+        # halve a value; it also starts again from LLVM's table (README: "A prior")
+        "search.prior": 0.5,
         "search.halving": True,
         "tuner": "combined+direct",
     },

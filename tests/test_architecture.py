@@ -21,7 +21,7 @@ def test_profiles_are_overrides_of_one_base():
     assert smoke.search.budget == 3000 and smoke.structured.seconds == 5.0 and smoke.lstm.epochs == 1
     assert smoke.search.min_blocks == base.search.min_blocks  # what a profile does not name stays the base's
     full = config.settings_for("full", {"search.halving": False, "tuner": "direct"})
-    assert full.search.budget == 192_000 and full.search.prior == 0.3 and full.tuner == "direct"
+    assert full.search.budget == 192_000 and full.search.prior == 0.5 and full.tuner == "direct"
     assert not full.search.halving and config.settings_for("full").search.halving
     assert config.settings_for("full").tuner == "combined+direct"
 

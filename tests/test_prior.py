@@ -8,13 +8,18 @@ from difftune_pipeline.tuners.gradient import TuneConfig, tune
 from difftune_pipeline.tuners.search import Search, SearchConfig, distance, moves
 
 
-def test_distance_counts_unit_steps():
-    llvm = {"latency": [6, 1], "uops": 2, "read_advance": [[3, 0, 5]], "ports": {"HWPort0156": 1, "HWPort23": 1}}
+def test_distance_is_scale_free():
+    """The prior counts in ``log_scale`` units: halving LLVM's 98-cycle division
+    costs what taking a 1-cycle latency to 0 does, and a larger step costs more."""
+    llvm = {"latency": [98, 1], "uops": 2, "read_advance": [[3, 0, 5]], "ports": {"HWPort0156": 1, "HWPort23": 1}}
     assert distance(llvm, llvm) == 0
-    moved = {"latency": [4, 1], "uops": 1, "read_advance": [], "ports": {"HWPort23": 3}}
-    assert distance(moved, llvm) == distance(llvm, moved) == 2 + 1 + 5 + 1 + 2
-    for _, step, row in moves(llvm):  # a move is one step, a paired one two
-        assert distance(row, llvm) in (abs(step), 2 * abs(step))
+    halved, zeroed = {**llvm, "latency": [49, 1]}, {**llvm, "latency": [98, 0]}
+    assert abs(distance(halved, llvm) - distance(zeroed, llvm)) < 0.02
+    moved = {"latency": [98, 1], "uops": 1, "read_advance": [], "ports": {"HWPort23": 3}}
+    assert distance(moved, llvm) == distance(llvm, moved) > distance(halved, llvm)
+    assert all(distance(row, llvm) > 0 for _, _, row in moves(llvm))
+    up = {step: row for column, step, row in moves(llvm) if column == "latency"}
+    assert 0 < distance(up[1], llvm) < distance(up[2], llvm)
 
 
 def test_the_prior_keeps_the_search_near_the_default(haswell, haswell_train):
@@ -38,7 +43,11 @@ def test_the_prior_keeps_the_search_near_the_default(haswell, haswell_train):
     assert state.train_mape < start_error
     for key, row in state.changes.items():
         assert distance(row, default.rows[key]) <= distance(worse.rows.get(key, default.rows[key]), default.rows[key])
-    assert any(distance(state.changes[k], default.rows[k]) < 6 for k in ("MOV64rm", "MOV32rm", "ADD64rr"))
+    assert any(
+        distance(state.changes[k], default.rows[k]) < distance(worse.rows[k], default.rows[k])
+        for k in ("MOV64rm", "MOV32rm", "ADD64rr")
+        if k in state.changes
+    )
 
 
 def test_the_surrogate_tuner_pays_the_same_prior(haswell, sample_rows):

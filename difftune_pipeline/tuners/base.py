@@ -19,6 +19,13 @@ from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.surrogates import Predict
 
 
+def log_scale(value):
+    """``sign(v) · log2(1 + |v|)``: the units the prior measures a move in. A
+    halving costs about one unit whatever the value (98 → 49 as 1 → 0), so the
+    prior holds a one-cycle latency without pinning LLVM's 98-cycle division."""
+    return np.sign(value) * np.log2(1 + np.abs(value))
+
+
 @dataclass
 class SurrogateView:
     """A frozen surrogate's predictor over the train blocks, in its parameter space."""

@@ -2,8 +2,8 @@
 
 The table is a learnable tensor; ``abs()`` keeps it non-negative before the
 surrogate; the loss is MAPE against measured throughputs of the train blocks
-(plus, with ``prior``, the search's price of each unit away from the default
-table, per train block); Adam with lr 0.05. Every few steps the current table
+(plus, with ``prior``, the search's price of each ``log_scale`` unit away from
+the default table, per train block); Adam with lr 0.05. Every few steps the current table
 is extracted to valid integers and scored on the val blocks by the real engine;
 the best one wins.
 """
@@ -20,7 +20,7 @@ import torch
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.surrogates import Predict, mape_loss, relative_error
-from difftune_pipeline.tuners.base import Problem
+from difftune_pipeline.tuners.base import Problem, log_scale
 
 
 @dataclass
@@ -30,7 +30,7 @@ class TuneConfig:
     lr: float = 0.05
     batch_blocks: int = 256
     validate_every: int = 25
-    prior: float = 0.0  # summed train error a unit of a row away from the default costs (as search.prior)
+    prior: float = 0.0  # summed train error a log_scale unit away from the default costs (as search.prior)
     seed: int = 0
 
     def __post_init__(self):
@@ -60,7 +60,7 @@ def tune(
     theta = torch.tensor(matrix, requires_grad=True)
     gvec = torch.tensor(globals_, requires_grad=True)
     truth = torch.tensor(measured, dtype=torch.float32)
-    anchor = torch.tensor(space.encode(reference or start)[0])
+    anchor = torch.tensor(log_scale(space.encode(reference or start)[0]))
     optimizer = torch.optim.Adam([theta, gvec], lr=config.lr)
 
     best_score = score(start)
@@ -69,7 +69,7 @@ def tune(
     for step in range(1, config.steps + 1):
         idx = torch.tensor(rng.choice(n_blocks, size=min(config.batch_blocks, n_blocks), replace=False))
         loss = mape_loss(predict(theta.abs(), gvec.abs(), idx), truth[idx])
-        objective = loss + config.prior / n_blocks * (theta.abs() - anchor).abs().sum()
+        objective = loss + config.prior / n_blocks * (torch.log2(1 + theta.abs()) - anchor).abs().sum()
         optimizer.zero_grad()
         objective.backward()
         optimizer.step()

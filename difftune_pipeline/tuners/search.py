@@ -4,8 +4,8 @@ Each move changes one parameter row (latency of every def, µops, one
 ReadAdvance entry, the cycles of one resource the row uses) and is scored by
 simulating only the train blocks that contain that row, so a move costs as
 many simulations as the row has blocks, not the whole train set. The loss is
-the train MAPE (with ``prior``, plus a price per unit a row or global moves
-away from the default table), kept exact: accepting a move re-simulates all of
+the train MAPE (with ``prior``, plus a price per ``log_scale`` unit a row or
+global moves away from the default table), kept exact: accepting a move re-simulates all of
 the row's blocks. Rows are visited by the error they carry; after each round the table
 is scored on val and the best table on val wins (test is never looked at).
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from difftune_pipeline.engine import LIMITS, Engine, ParamTable
 from difftune_pipeline.engine.table import canonical_row
-from difftune_pipeline.tuners.base import Problem
+from difftune_pipeline.tuners.base import Problem, log_scale
 from difftune_pipeline.tuners.gradient import gradient
 
 Proposer = Callable[[str, dict], list]
@@ -39,7 +39,7 @@ class SearchConfig:
     max_moves_per_row: int = 3  # accepted moves on one row per visit
     sample_blocks: int = 150  # a move is judged on at most this many of the row's blocks
     halving: bool = False  # also try halving values >= 4: reaches far-off values (znver1's 100-cycle placeholders)
-    prior: float = 0.0  # the train error (summed over blocks) a step away from the default table must buy
+    prior: float = 0.0  # the train error (summed over blocks) a log_scale unit away from the default must buy
     seed: int = 0
 
     def __post_init__(self):
@@ -82,18 +82,19 @@ def moves(row: dict, halving: bool = False) -> list[tuple[str, int, dict]]:
     return [(column, d, canonical_row(r)) for column, d, r in out]
 
 
-def distance(row: dict, reference: dict) -> int:
-    """Unit steps between two versions of a row: latencies, µops, resource cycles
-    and ReadAdvance cycles (the units of ``moves``)."""
+def distance(row: dict, reference: dict) -> float:
+    """How far a row is from its reference, summed over its latencies, µops,
+    resource cycles and ReadAdvance cycles in ``log_scale`` units."""
     ports = set(row["ports"]) | set(reference["ports"])
     advance = {(u, w): c for u, w, c in reference["read_advance"]}
     own = {(u, w): c for u, w, c in row["read_advance"]}
-    return (
-        sum(abs(a - b) for a, b in zip(row["latency"], reference["latency"]))
-        + abs(row["uops"] - reference["uops"])
-        + sum(abs(row["ports"].get(p, 0) - reference["ports"].get(p, 0)) for p in ports)
-        + sum(abs(own.get(k, 0) - advance.get(k, 0)) for k in set(own) | set(advance))
-    )
+    pairs = [
+        *zip(row["latency"], reference["latency"]),
+        (row["uops"], reference["uops"]),
+        *((row["ports"].get(p, 0), reference["ports"].get(p, 0)) for p in ports),
+        *((own.get(k, 0), advance.get(k, 0)) for k in set(own) | set(advance)),
+    ]
+    return float(sum(abs(log_scale(a) - log_scale(b)) for a, b in pairs))
 
 
 def gradient_proposer(grad: dict[str, np.ndarray], columns: list[str], top: int = 3, halving: bool = False):
@@ -244,7 +245,7 @@ class Search:
         if self.spent + spend > self.config.budget:
             return []
         errs = self._errors(judged, [self.table(globals_=new) for _, _, new in candidates])
-        away = lambda values, g: abs(values[g] - self.default.globals[g]) / step.get(g, 1)  # noqa: E731
+        away = lambda values, g: abs(log_scale(values[g]) - log_scale(self.default.globals[g]))  # noqa: E731
         price = self.config.prior * np.array([away(new, g) - away(self.globals, g) for g, _, new in candidates])
         gain = (self.error[judged].sum() - np.abs(errs).sum(axis=1)) * len(everything) / len(judged) - price
         best = int(np.argmax(gain))
