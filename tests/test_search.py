@@ -45,6 +45,21 @@ def test_search_lowers_train_error_within_its_budget(haswell, haswell_train):
     assert len(calls) == len(history)  # the start and every round scored on val
 
 
+def test_a_global_goes_on_stepping_while_it_pays(haswell, haswell_train):
+    """Measurements that are LLVM's own simulation ask for its dispatch width (4):
+    from a width of 1, one visit to the globals takes it several steps, not one."""
+    blocks, _ = haswell_train
+    default = haswell.default_table(blocks)
+    measured = haswell.simulate(blocks, default).cycles.astype(float)
+    narrow = default.copy()
+    narrow.globals["dispatch_width"] = 1
+    state = Search(haswell, blocks, measured, default, SearchConfig(budget=20_000), start=narrow)
+    start_error = state.train_mape
+    assert state.improve_globals() == [f"dispatch_width+{state.globals['dispatch_width'] - 1}"]
+    assert state.globals["dispatch_width"] >= 3 and state.train_mape < start_error
+    assert state.spent <= 20_000
+
+
 def test_gradient_proposer_ranks_moves_by_predicted_gain():
     row = {"latency": [5], "uops": 2, "read_advance": [], "ports": {"HWPort0": 1, "HWPort1": 1}}
     columns = ["latency", "uops", "port:HWPort0", "port:HWPort1"]

@@ -225,8 +225,9 @@ class Search:
     def improve_globals(self) -> list[str]:
         """Each global one step up or down (the reorder buffer and µop queue by 16
         and 8), judged on every train block while that costs at most a quarter of
-        the budget (llvm-mca's two globals), else on a random sample that does; an
-        accepted step is then simulated on every block."""
+        the budget (llvm-mca's two globals), else on a random sample that does; the
+        best one then goes on stepping the same way, on the same blocks, while
+        that pays, and the move is simulated on every block."""
         everything = np.arange(len(self.blocks))
         step = {"micro_op_buffer_size": 16, "uop_queue_size": 8}
         options = [(g, d * step.get(g, 1)) for g in self.globals for d in (-1, 1)]
@@ -251,9 +252,22 @@ class Search:
         best = int(np.argmax(gain))
         if gain[best] <= 1e-9:
             return []
-        g, d, self.globals = candidates[best]
-        self.signed = errs[best] if len(judged) == len(everything) else self._errors(everything, [self.table()])[0]
-        return [f"{g}{d:+d}"]
+        g, d, new = candidates[best]
+        here, steps = errs[best], 1
+        final = len(everything) if len(judged) < len(everything) else 0  # the move on every block
+        # further the same way while it pays: a global moves one step per round otherwise
+        while self.spent + len(judged) + final <= self.config.budget:
+            further = {**new, g: new[g] + d}
+            if not LIMITS[g][0] <= further[g] <= LIMITS[g][1]:
+                break
+            there = self._errors(judged, [self.table(globals_=further)])[0]
+            gain = (np.abs(here).sum() - np.abs(there).sum()) * len(everything) / len(judged)
+            if gain - self.config.prior * (away(further, g) - away(new, g)) <= 1e-9:
+                break
+            new, here, steps = further, there, steps + 1
+        self.globals = new
+        self.signed = here if len(judged) == len(everything) else self._errors(everything, [self.table()])[0]
+        return [f"{g}{d * steps:+d}"]
 
     @property
     def train_mape(self) -> float:
