@@ -26,6 +26,12 @@ def log_scale(value):
     return np.sign(value) * np.log2(1 + np.abs(value))
 
 
+def check_prior(setting: str, value: float) -> None:
+    """A prior must be at least 0 (a negative one would pay a tuner to wander off; NaN is refused too)."""
+    if not value >= 0:
+        raise ValueError(f"{setting} must be at least 0, got {value!r}")
+
+
 @dataclass
 class SurrogateView:
     """A frozen surrogate's predictor over the train blocks, in its parameter space."""

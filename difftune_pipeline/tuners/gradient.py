@@ -3,9 +3,9 @@
 The table is a learnable tensor; ``abs()`` keeps it non-negative before the
 surrogate; the loss is MAPE against measured throughputs of the train blocks
 (plus, with ``prior``, the search's price of each ``log_scale`` unit away from
-the default table, per train block); Adam with lr 0.05. Every few steps the current table
-is extracted to valid integers and scored on the val blocks by the real engine;
-the best one wins.
+the default table, per train block); Adam with lr 0.05. Every few steps the
+current table is extracted to valid integers and scored on the val blocks by the
+real engine; the best one wins.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.surrogates import Predict, mape_loss, relative_error
-from difftune_pipeline.tuners.base import Problem, log_scale
+from difftune_pipeline.tuners.base import Problem, check_prior, log_scale
 
 
 @dataclass
@@ -34,8 +34,7 @@ class TuneConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if not self.prior >= 0:
-            raise ValueError(f"tune.prior must be at least 0, got {self.prior!r}")
+        check_prior("tune.prior", self.prior)
 
 
 def tune(
@@ -69,6 +68,7 @@ def tune(
     for step in range(1, config.steps + 1):
         idx = torch.tensor(rng.choice(n_blocks, size=min(config.batch_blocks, n_blocks), replace=False))
         loss = mape_loss(predict(theta.abs(), gvec.abs(), idx), truth[idx])
+        # log_scale of the non-negative table, in torch so that the gradient flows
         objective = loss + config.prior / n_blocks * (torch.log2(1 + theta.abs()) - anchor).abs().sum()
         optimizer.zero_grad()
         objective.backward()

@@ -5,9 +5,10 @@ ReadAdvance entry, the cycles of one resource the row uses) and is scored by
 simulating only the train blocks that contain that row, so a move costs as
 many simulations as the row has blocks, not the whole train set. The loss is
 the train MAPE (with ``prior``, plus a price per ``log_scale`` unit a row or
-global moves away from the default table), kept exact: accepting a move re-simulates all of
-the row's blocks. Rows are visited by the error they carry; after each round the table
-is scored on val and the best table on val wins (test is never looked at).
+global moves away from the default table), kept exact: accepting a move
+re-simulates all of the row's blocks. Rows are visited by the error they carry;
+after each round the table is scored on val and the best table on val wins
+(test is never looked at).
 
 ``propose`` lets another model (a surrogate's gradient) choose the moves; the
 engine still accepts or refuses them: the combination of the two.
@@ -24,7 +25,7 @@ import numpy as np
 
 from difftune_pipeline.engine import LIMITS, Engine, ParamTable
 from difftune_pipeline.engine.table import canonical_row
-from difftune_pipeline.tuners.base import Problem, log_scale
+from difftune_pipeline.tuners.base import Problem, check_prior, log_scale
 from difftune_pipeline.tuners.gradient import gradient
 
 Proposer = Callable[[str, dict], list]
@@ -43,8 +44,7 @@ class SearchConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if not self.prior >= 0:  # a negative one would pay the search to wander off
-            raise ValueError(f"search.prior must be at least 0, got {self.prior!r}")
+        check_prior("search.prior", self.prior)
 
 
 def moves(row: dict, halving: bool = False) -> list[tuple[str, int, dict]]:
@@ -88,13 +88,15 @@ def distance(row: dict, reference: dict) -> float:
     ports = set(row["ports"]) | set(reference["ports"])
     advance = {(u, w): c for u, w, c in reference["read_advance"]}
     own = {(u, w): c for u, w, c in row["read_advance"]}
-    pairs = [
-        *zip(row["latency"], reference["latency"]),
-        (row["uops"], reference["uops"]),
-        *((row["ports"].get(p, 0), reference["ports"].get(p, 0)) for p in ports),
-        *((own.get(k, 0), advance.get(k, 0)) for k in set(own) | set(advance)),
-    ]
-    return float(sum(abs(log_scale(a) - log_scale(b)) for a, b in pairs))
+    mine, theirs = np.array(
+        [
+            *zip(row["latency"], reference["latency"]),
+            (row["uops"], reference["uops"]),
+            *((row["ports"].get(p, 0), reference["ports"].get(p, 0)) for p in ports),
+            *((own.get(k, 0), advance.get(k, 0)) for k in set(own) | set(advance)),
+        ]
+    ).T
+    return float(np.abs(log_scale(mine) - log_scale(theirs)).sum())
 
 
 def gradient_proposer(grad: dict[str, np.ndarray], columns: list[str], top: int = 3, halving: bool = False):
@@ -163,6 +165,12 @@ class Search:
     def error(self) -> np.ndarray:
         return np.abs(self.signed)
 
+    @staticmethod
+    def _gain(before: np.ndarray, after: np.ndarray, population: int) -> np.ndarray:
+        """The summed error ``after`` (one row per candidate) saves on the sample
+        ``before`` was judged on, scaled to the ``population`` it stands for."""
+        return (np.abs(before).sum() - np.abs(after).sum(axis=-1)) * population / before.shape[-1]
+
     def _errors(self, idx: np.ndarray, tables: list[ParamTable]) -> np.ndarray:
         """[tables, len(idx)] signed relative errors of the blocks ``idx`` (a
         block the engine refuses counts as ``FAILED_ERROR`` off)."""
@@ -206,7 +214,7 @@ class Search:
             reference, here = self.default.rows[key], distance(row, self.default.rows[key])
             price = self.config.prior * np.array([distance(r, reference) - here for _, _, r in candidates])
             # a sample's gain scaled to the row's blocks, less the prior's price of the step
-            gain = (self.error[idx].sum() - np.abs(errs).sum(axis=1)) * len(idx_all) / len(idx) - price
+            gain = self._gain(self.signed[idx], errs, len(idx_all)) - price
             best = int(np.argmax(gain))
             if gain[best] <= 1e-9:
                 break
@@ -248,7 +256,7 @@ class Search:
         errs = self._errors(judged, [self.table(globals_=new) for _, _, new in candidates])
         away = lambda values, g: abs(log_scale(values[g]) - log_scale(self.default.globals[g]))  # noqa: E731
         price = self.config.prior * np.array([away(new, g) - away(self.globals, g) for g, _, new in candidates])
-        gain = (self.error[judged].sum() - np.abs(errs).sum(axis=1)) * len(everything) / len(judged) - price
+        gain = self._gain(self.signed[judged], errs, len(everything)) - price
         best = int(np.argmax(gain))
         if gain[best] <= 1e-9:
             return []
@@ -261,8 +269,8 @@ class Search:
             if not LIMITS[g][0] <= further[g] <= LIMITS[g][1]:
                 break
             there = self._errors(judged, [self.table(globals_=further)])[0]
-            gain = (np.abs(here).sum() - np.abs(there).sum()) * len(everything) / len(judged)
-            if gain - self.config.prior * (away(further, g) - away(new, g)) <= 1e-9:
+            price = self.config.prior * (away(further, g) - away(new, g))
+            if self._gain(here, there, len(everything)) - price <= 1e-9:
                 break
             new, here, steps = further, there, steps + 1
         self.globals = new
