@@ -78,6 +78,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "search.prior": 0.5,
         "search.halving": True,
         "tuner": "combined+direct",
+        # then the directed search again from the better of the two, twice at most
+        "search.repeats": 2,
     },
 }
 

@@ -23,7 +23,7 @@ def test_profiles_are_overrides_of_one_base():
     full = config.settings_for("full", {"search.halving": False, "tuner": "direct"})
     assert full.search.budget == 192_000 and full.search.prior == 0.5 and full.tuner == "direct"
     assert not full.search.halving and config.settings_for("full").search.halving
-    assert config.settings_for("full").tuner == "combined+direct"
+    assert config.settings_for("full").tuner == "combined+direct" and config.settings_for("full").search.repeats == 2
 
 
 @pytest.mark.parametrize(
@@ -64,6 +64,13 @@ def test_every_named_tuner_composes_and_an_unknown_one_is_refused():
     }
     with pytest.raises(ValueError, match="unknown tuner 'annealing'"):
         tuners.compose("annealing", settings.tune, settings.search)
+    full = config.settings_for("full")
+    assert [t.stage for t in tuners.compose(full.tuner, full.tune, full.search)] == [
+        "surrogate",
+        "search",
+        "search from default",
+        "search again",
+    ]
 
 
 class DispatchWidthTuner:
@@ -95,6 +102,34 @@ def test_a_second_start_from_the_default_wins_only_when_better_on_val(haswell):
     assert kept is good and len(history) == 5  # it ran, from LLVM's table, and lost the tie
     found, _ = second.tune(bad, problem)
     assert found.globals["dispatch_width"] == 5 and found.rows == default.rows
+
+
+class StepTuner:
+    """A toy tuner: one dispatch width up per run, as a local search that stops short."""
+
+    stage = "step"
+    needs_surrogate = False
+    config = {}
+
+    def tune(self, start, problem):
+        table = start.copy()
+        table.globals["dispatch_width"] += 1
+        return table, [{"dispatch_width": table.globals["dispatch_width"]}]
+
+
+def test_a_tuner_runs_again_from_its_result_while_val_falls(haswell):
+    default = haswell.default_table()
+    start = default.copy()
+    start.globals["dispatch_width"] = 2
+    problem = tuners.Problem(haswell, [], np.array([]), default, lambda t: abs(t.globals["dispatch_width"] - 5))
+    again = tuners.Repeated(StepTuner(), 10)
+    assert again.stage == "step again" and again.config is StepTuner.config
+    found, history = again.tune(start, problem)
+    # 3, 4, 5 each lower val; 6 does not, so the fourth run is the last and its table is dropped
+    assert found.globals["dispatch_width"] == 5 and [h["run"] for h in history] == [1, 2, 3, 4]
+    capped, history = tuners.Repeated(StepTuner(), 2).tune(start, problem)
+    assert capped.globals["dispatch_width"] == 4 and len(history) == 2
+    assert start.globals["dispatch_width"] == 2  # the start is never changed
 
 
 def test_a_toy_tuner_is_one_class_and_one_line(haswell, warehouse, monkeypatch):

@@ -1,9 +1,11 @@
 """Tuners and the composition the configuration names. Adding a tuner is a
-module with a class that has ``tune(start, problem)`` and a line in ``TUNERS``."""
+module with a class that has ``tune(start, problem)`` and a line in ``TUNERS``.
+With ``search.repeats``, every composition ends with the direct search run
+again from its result (``Repeated``)."""
 
 from collections.abc import Callable
 
-from difftune_pipeline.tuners.base import FromDefault, Problem, SurrogateView, Tuner, run
+from difftune_pipeline.tuners.base import FromDefault, Problem, Repeated, SurrogateView, Tuner, run
 from difftune_pipeline.tuners.gradient import SurrogateTuner, TuneConfig
 from difftune_pipeline.tuners.search import DirectSearch, SearchConfig
 
@@ -24,7 +26,8 @@ TUNERS: dict[str, Callable[[TuneConfig, SearchConfig], list[Tuner]]] = {
 def compose(name: str, tune: TuneConfig, search: SearchConfig) -> list[Tuner]:
     if name not in TUNERS:
         raise ValueError(f"unknown tuner {name!r}: one of {tuple(TUNERS)}")
-    return TUNERS[name](tune, search)
+    again = [Repeated(DirectSearch(search), search.repeats)] if search.repeats else []
+    return [*TUNERS[name](tune, search), *again]
 
 
-__all__ = ["TUNERS", "Problem", "SurrogateView", "Tuner", "compose", "run"]
+__all__ = ["TUNERS", "FromDefault", "Problem", "Repeated", "SurrogateView", "Tuner", "compose", "run"]

@@ -75,6 +75,28 @@ class FromDefault:
         return (found if problem.score(found) < problem.score(start) else start), history
 
 
+class Repeated:
+    """A tuner run again from its own result while that lowers val, at most
+    ``times`` runs. The direct search spends its budget in its first pass over
+    the rows; a fresh run passes over every row again, from the errors the last
+    one left, and keeps finding moves (README: "Searching again")."""
+
+    def __init__(self, tuner: Tuner, times: int):
+        self.tuner, self.times, self.config, self.needs_surrogate = tuner, times, tuner.config, tuner.needs_surrogate
+        self.stage = f"{tuner.stage} again"
+
+    def tune(self, start: ParamTable, problem: Problem) -> tuple[ParamTable, list[dict]]:
+        best, best_val, history = start, problem.score(start), []
+        for k in range(1, self.times + 1):
+            found, steps = self.tuner.tune(best, problem)
+            history += [{"run": k, **h} for h in steps]
+            val = problem.score(found)
+            if not val < best_val:
+                break
+            best, best_val = found, val
+        return best, history
+
+
 def run(tuners: list[Tuner], problem: Problem) -> tuple[ParamTable, list[dict]]:
     """Each tuner starts from the table the previous one returned (the first from LLVM's)."""
     best, history = problem.default, []
