@@ -23,7 +23,7 @@ def test_profiles_are_overrides_of_one_base():
     full = config.settings_for("full", {"search.halving": False, "tuner": "direct"})
     assert full.search.budget == 192_000 and full.search.prior == 0.5 and full.tuner == "direct"
     assert not full.search.halving and config.settings_for("full").search.halving
-    assert config.settings_for("full").tuner == "combined+direct" and config.settings_for("full").search.repeats == 2
+    assert config.settings_for("full").tuner == "combined+direct" and config.settings_for("full").search.repeats == 4
 
 
 @pytest.mark.parametrize(
