@@ -34,6 +34,7 @@ def test_profiles_are_overrides_of_one_base():
         ({"search.budget": "many"}, "must be of type int"),
         ({"search.halving": 1}, "must be of type bool"),
         ({"search.prior": -0.5}, "search.prior must be at least 0"),
+        ({"search.repeats": -1}, "search.repeats must be at least 0"),
         ({"tune.prior": float("nan")}, "tune.prior must be at least 0"),
         ({"search": 1}, "is a group"),
         ({"presets": ["perturb", 3]}, "must be of type tuple"),

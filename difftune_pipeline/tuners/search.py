@@ -46,6 +46,8 @@ class SearchConfig:
 
     def __post_init__(self):
         check_prior("search.prior", self.prior)
+        if self.repeats < 0:
+            raise ValueError(f"search.repeats must be at least 0, got {self.repeats}")
 
 
 def moves(row: dict, halving: bool = False) -> list[tuple[str, int, dict]]:
