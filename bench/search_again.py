@@ -37,10 +37,15 @@ def main() -> None:
 
 def measure(mcpu: str, warehouse: str, runs: int) -> None:
     engine = Engine(mcpu)
+    learned_id = queries.latest_learned(warehouse, mcpu)
+    if learned_id is None:
+        raise SystemExit(f"{warehouse} holds no learned table for {mcpu}: materialise learned_params first")
+    start = queries.load_table(warehouse, learned_id)
     data = {s: split_blocks(engine, warehouse, mcpu, s) for s in ("train", "val", "test")}
-    blocks = {s: [harness.accesses(b, "bhive").attach(b) for b in d[1]] for s, d in data.items()}
-    start = queries.load_table(warehouse, queries.latest_learned(warehouse, mcpu))
-    default = engine.default_table([b for d in data.values() for b in d[1]]).with_model(start.mechanisms, start.harness)
+    blocks = {s: [harness.accesses(b, start.harness).attach(b) for b in d[1]] for s, d in data.items()}
+    default = engine.default_table([b for d in data.values() for b in d[1]])
+    if start.mechanisms:  # the learned table's model and harness
+        default = default.with_model(start.mechanisms, start.harness)
     settings = config.settings_for("full").search
 
     def scored(table, split):

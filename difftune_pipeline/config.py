@@ -78,7 +78,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "search.prior": 0.5,
         "search.halving": True,
         "tuner": "combined+direct",
-        # then the directed search again from the better of the two, while val
+        # then the direct search again from the better of the two, while val
         # falls, four times at most (README: "Searching again")
         "search.repeats": 4,
     },

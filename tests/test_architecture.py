@@ -72,6 +72,9 @@ def test_every_named_tuner_composes_and_an_unknown_one_is_refused():
         "search from default",
         "search again",
     ]
+    # only a composition with a direct search runs it again: the surrogate alone stays DiffTune's
+    assert [t.stage for t in tuners.compose("surrogate", full.tune, full.search)] == ["surrogate"]
+    assert [t.stage for t in tuners.compose("direct", full.tune, full.search)] == ["search", "search again"]
 
 
 class DispatchWidthTuner:
@@ -124,13 +127,16 @@ def test_a_tuner_runs_again_from_its_result_while_val_falls(haswell):
     start.globals["dispatch_width"] = 2
     problem = tuners.Problem(haswell, [], np.array([]), default, lambda t: abs(t.globals["dispatch_width"] - 5))
     again = tuners.Repeated(StepTuner(), 10)
-    assert again.stage == "step again" and again.config is StepTuner.config
+    assert again.stage == "step again" and again.config == {"tuner": StepTuner.config, "times": 10}
     found, history = again.tune(start, problem)
     # 3, 4, 5 each lower val; 6 does not, so the fourth run is the last and its table is dropped
     assert found.globals["dispatch_width"] == 5 and [h["run"] for h in history] == [1, 2, 3, 4]
     capped, history = tuners.Repeated(StepTuner(), 2).tune(start, problem)
     assert capped.globals["dispatch_width"] == 4 and len(history) == 2
-    assert start.globals["dispatch_width"] == 2  # the start is never changed
+    # a run that only ties is no gain: the first one ends it and the start is kept
+    flat = tuners.Problem(haswell, [], np.array([]), default, lambda t: 1.0)
+    kept, history = again.tune(start, flat)
+    assert kept is start and len(history) == 1
 
 
 def test_a_toy_tuner_is_one_class_and_one_line(haswell, warehouse, monkeypatch):

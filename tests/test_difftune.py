@@ -257,7 +257,7 @@ def test_a_tuning_change_reuses_the_surrogate_and_relearns(simulated):
 )
 def test_each_surrogate_and_tuner_learns_a_valid_table_no_worse_on_val(simulated, model, tuner):
     ctx = simulated
-    again = {"search.repeats": 2} if tuner == "combined+direct" else {}  # as the full profile composes it
+    again = {"search.repeats": 2} if tuner == "combined+direct" else {}  # the full profile: 4
     chosen = steps.StepContext(ctx.db, ctx.engine, override(TINY, {"surrogate_model": model, "tuner": tuner, **again}))
     run = steps.train_surrogate(chosen, log=lambda *_: None)
     assert run["model"] == model and run["heldout_mape"] < 1.0

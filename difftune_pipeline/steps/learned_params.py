@@ -75,9 +75,9 @@ def learn(ctx: StepContext, log=print) -> dict:
 
 
 def _learned_id(ctx: StepContext, tuners: list[Tuner], surrogate_run_id: str | None) -> str:
-    """What the learned table depends on. The tune and search settings keep their own
-    slots (None when unused), then any other tuner's: ids of tables learned before
-    tuners were composable still match."""
+    """What the learned table depends on: the tune and search settings in their own
+    slots (None when unused), then any other tuner's. A new setting of a tuner
+    changes the ids of its tables, which are then learned again."""
     configs = {t.stage: t.config for t in tuners}
     return f"learned-{ctx.uarch}-" + fingerprint(
         CODE_VERSIONS["learned_params"],

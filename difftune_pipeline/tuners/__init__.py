@@ -1,7 +1,7 @@
 """Tuners and the composition the configuration names. Adding a tuner is a
 module with a class that has ``tune(start, problem)`` and a line in ``TUNERS``.
-With ``search.repeats``, every composition ends with the direct search run
-again from its result (``Repeated``)."""
+With ``search.repeats``, every composition with a direct search ends with that
+search run again from the composition's result (``Repeated``)."""
 
 from collections.abc import Callable
 
@@ -9,16 +9,27 @@ from difftune_pipeline.tuners.base import FromDefault, Problem, Repeated, Surrog
 from difftune_pipeline.tuners.gradient import SurrogateTuner, TuneConfig
 from difftune_pipeline.tuners.search import DirectSearch, SearchConfig
 
+
+def again(search: SearchConfig) -> list[Tuner]:
+    """The direct search run again from the result, ``search.repeats`` times at most (none when 0)."""
+    return [Repeated(DirectSearch(search), search.repeats)] if search.repeats else []
+
+
 # name -> the tuners it runs, one after the other, from (tune config, search config)
 TUNERS: dict[str, Callable[[TuneConfig, SearchConfig], list[Tuner]]] = {
     "surrogate": lambda tune, search: [SurrogateTuner(tune)],
-    "direct": lambda tune, search: [DirectSearch(search)],
-    "combined": lambda tune, search: [SurrogateTuner(tune), DirectSearch(search, proposals="surrogate")],
+    "direct": lambda tune, search: [DirectSearch(search), *again(search)],
+    "combined": lambda tune, search: [
+        SurrogateTuner(tune),
+        DirectSearch(search, proposals="surrogate"),
+        *again(search),
+    ],
     # the combination, and the direct search from LLVM's table: the better on val
     "combined+direct": lambda tune, search: [
         SurrogateTuner(tune),
         DirectSearch(search, proposals="surrogate"),
         FromDefault(DirectSearch(search)),
+        *again(search),
     ],
 }
 
@@ -26,8 +37,7 @@ TUNERS: dict[str, Callable[[TuneConfig, SearchConfig], list[Tuner]]] = {
 def compose(name: str, tune: TuneConfig, search: SearchConfig) -> list[Tuner]:
     if name not in TUNERS:
         raise ValueError(f"unknown tuner {name!r}: one of {tuple(TUNERS)}")
-    again = [Repeated(DirectSearch(search), search.repeats)] if search.repeats else []
-    return [*TUNERS[name](tune, search), *again]
+    return TUNERS[name](tune, search)
 
 
 __all__ = ["TUNERS", "FromDefault", "Problem", "Repeated", "SurrogateView", "Tuner", "compose", "run"]

@@ -82,7 +82,8 @@ class Repeated:
     one left, and keeps finding moves (README: "Searching again")."""
 
     def __init__(self, tuner: Tuner, times: int):
-        self.tuner, self.times, self.config, self.needs_surrogate = tuner, times, tuner.config, tuner.needs_surrogate
+        self.tuner, self.times, self.needs_surrogate = tuner, times, tuner.needs_surrogate
+        self.config = {"tuner": tuner.config, "times": times}
         self.stage = f"{tuner.stage} again"
 
     def tune(self, start: ParamTable, problem: Problem) -> tuple[ParamTable, list[dict]]:

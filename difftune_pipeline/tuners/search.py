@@ -42,7 +42,7 @@ class SearchConfig:
     halving: bool = False  # also try halving values >= 4: reaches far-off values (znver1's 100-cycle placeholders)
     prior: float = 0.0  # the train error (summed over blocks) a log_scale unit away from the default must buy
     seed: int = 0
-    repeats: int = 0  # then the directed search again from the tuners' result, while val falls, at most this often
+    repeats: int = 0  # then this search again from the tuners' result, while val falls, at most this often
 
     def __post_init__(self):
         check_prior("search.prior", self.prior)
