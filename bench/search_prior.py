@@ -15,13 +15,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from ablation import split_blocks
+from ablation import SPLITS, Splits
 
-from difftune_pipeline import harness
 from difftune_pipeline.engine import Engine
 from difftune_pipeline.engine.extended import EXTENDED
-from difftune_pipeline.model.metrics import kendall_tau, mape
-from difftune_pipeline.tuners.search import SearchConfig, search
+from difftune_pipeline.tuners.search import SearchConfig
 
 
 def main() -> None:
@@ -37,30 +35,14 @@ def main() -> None:
 
 
 def measure(mcpu: str, warehouse: str, priors: list[str], budget: int, rounds: int) -> None:
-    engine = Engine(mcpu)
-    data = {s: split_blocks(engine, warehouse, mcpu, s) for s in ("train", "val", "test")}
-    blocks = {s: [harness.accesses(b, "bhive").attach(b) for b in d[1]] for s, d in data.items()}
-    default = engine.default_table([b for d in data.values() for b in d[1]]).with_model(EXTENDED, "bhive")
-
-    def scored(table, split):
-        r = engine.simulate(blocks[split], table)
-        truth = data[split][2][r.ok]
-        return mape(r.cycles[r.ok], truth), kendall_tau(r.cycles[r.ok], truth)
-
-    print(f"{mcpu}: default train / val / test MAPE", *(f"{100 * scored(default, s)[0]:.2f}%" for s in data))
+    splits = Splits(Engine(mcpu), warehouse, mcpu, "bhive")
+    default = splits.default(EXTENDED, "bhive")
+    print(f"{mcpu}: default train / val / test MAPE", *(f"{100 * splits.scored(default, s)[0]:.2f}%" for s in SPLITS))
     for prior in priors:
         config = SearchConfig(budget=budget, rounds=rounds, prior=float(prior.rstrip("h")), halving=prior.endswith("h"))
         t0 = time.perf_counter()
-        table, _ = search(
-            engine,
-            blocks["train"],
-            data["train"][2],
-            default,
-            lambda t: scored(t, "val")[0],
-            config,
-            log=lambda *_: None,
-        )
-        (train, _), (val, _), (test, tau) = (scored(table, s) for s in data)
+        table = splits.search(default, config)
+        (train, _), (val, _), (test, tau) = (splits.scored(table, s) for s in SPLITS)
         print(
             f"  prior {prior:>5s}: train {100 * train:.2f}%  val {100 * val:.2f}%  test {100 * test:.2f}% "
             f"(tau {tau:.3f})  rows changed {len(table.changed_rows(default))}  "
