@@ -24,11 +24,7 @@ $(DAGSTER_HOME)/dagster.yaml: dagster_instance.yaml
 	cp dagster_instance.yaml $@
 
 run: setup
-	$(VENV)/bin/difftune materialize
-	@echo
-	@echo "Results are in warehouse/difftune.duckdb. Query them with:"
-	@echo "  $(VENV)/bin/difftune sql \"select status, count(*) from blocks group by 1\""
-	@echo "Open the Dagster UI with: make ui   (then http://127.0.0.1:3000)"
+	@$(VENV)/bin/difftune materialize
 
 lint: setup
 	$(VENV)/bin/ruff check difftune_pipeline tests bench

@@ -37,14 +37,21 @@ def command(host: str, port: int) -> list[str]:
     return [dagster, "dev", "-w", str(workspace), "-h", host, "-p", str(port)]
 
 
-def start(host: str = "127.0.0.1", port: int = 3000, log=None) -> subprocess.Popen:
-    """``dagster dev`` on ``DAGSTER_HOME`` (default: the project's), which gets the
-    project's instance settings (writer pool, no telemetry) if it has none."""
-    env = {**os.environ, "DAGSTER_HOME": os.environ.get("DAGSTER_HOME", str(PROJECT / ".dagster_home"))}
-    home = Path(env["DAGSTER_HOME"])
+def instance_home() -> Path:
+    """The Dagster instance the commands use: ``DAGSTER_HOME``, else the project's
+    ``.dagster_home/`` (set in the environment, as ``make`` does). A new one gets
+    the project's instance settings (the writer pool, no telemetry)."""
+    home = Path(os.environ.get("DAGSTER_HOME") or PROJECT / ".dagster_home").absolute()
     home.mkdir(parents=True, exist_ok=True)
     if not (home / "dagster.yaml").exists():
         shutil.copy(PROJECT / "dagster_instance.yaml", home / "dagster.yaml")
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
+def start(host: str = "127.0.0.1", port: int = 3000, log=None) -> subprocess.Popen:
+    """``dagster dev`` on the instance of ``instance_home``."""
+    env = {**os.environ, "DAGSTER_HOME": str(instance_home())}
     return subprocess.Popen(
         command(host, port), cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )

@@ -1,4 +1,4 @@
-"""The pipeline and its warehouse: materialise, query, report, the UI."""
+"""The pipeline's warehouse and UI: query, report, the UI."""
 
 from __future__ import annotations
 
@@ -21,9 +21,7 @@ from difftune_pipeline.cli.common import (
     fail,
     plain,
     print_json,
-    progress,
 )
-from difftune_pipeline.engine import CPUS, LLVM_VERSION
 from difftune_pipeline.warehouse import DEFAULT_PATH
 from difftune_pipeline.warehouse.connection import user_query
 
@@ -59,114 +57,6 @@ def sql(
         for row in rows:
             table.add_row(*(Text(plain(v)) for v in row))
         console.print(table)
-
-
-@app.command()
-def materialize(
-    select: Annotated[str, typer.Option(help="Dagster asset selection")] = "*",
-    uarch: Annotated[
-        list[str] | None, typer.Option(help="only these µarchs' partitions (repeat the option); default: every one")
-    ] = None,
-) -> None:
-    """Materialise assets of the pipeline into the persistent Dagster instance:
-    unpartitioned assets in topological runs, partitioned ones one run per partition
-    (every µarch with measurements, and each shard of its simulations).
-    Runs left behind by a killed process are marked failed first and their pool slots freed."""
-    import dagster as dg
-
-    from difftune_pipeline.definitions import defs
-    from difftune_pipeline.defs import recovery
-
-    definitions = defs()
-    graph = definitions.resolve_asset_graph()
-    job = definitions.resolve_implicit_global_asset_job_def()
-    try:
-        selected = dg.AssetSelection.from_string(select).resolve(graph)
-    except Exception as exc:  # the selection grammar raises several error types; all are the user's to read
-        raise fail(
-            ValueError(f"bad asset selection {select!r} (e.g. 'key:learned_params or key:evaluation'): {exc}")
-        ) from None
-    ordered = [k for level in graph.toposorted_asset_keys_by_level for k in sorted(level) if k in selected]
-    unknown = [u for u in uarch or [] if u not in CPUS]
-    if unknown:
-        raise fail(ValueError(f"--uarch {', '.join(unknown)}: not a CPU LLVM {LLVM_VERSION} models"))
-    matched: set[str] = set()
-    narrowed = False  # whether the selection has assets partitioned by µarch
-    with dg.DagsterInstance.get() as instance, progress() as bar:
-        reaped, freed = recovery.reap_dead_runs(instance)
-        for run_id in reaped:
-            err_console.print(f"run {run_id} was left by a killed process: marked failed, its pool slots freed")
-        for run_id in freed:
-            err_console.print(f"run {run_id} had finished but still held a pool slot: freed")
-        task = bar.add_task("runs", total=None)
-        done = 0
-        for keys, partitions_def in _groups(graph, ordered):
-            # partitions are read when their asset's turn comes: ingestion adds the µarchs
-            partitions = [None] if partitions_def is None else _partitions(partitions_def, instance, uarch)
-            narrowed |= partitions_def is not None
-            matched |= {u for u in uarch or [] if any(_uarch_of(p, partitions_def) == u for p in partitions)}
-            for partition in partitions:
-                names = escape(", ".join(k.to_user_string() for k in keys) + (f" [{partition}]" if partition else ""))
-                bar.update(task, description=f"materialising {names}", completed=done)
-                for pool in sorted(set().union(*(graph.get(k).pools for k in keys))):
-                    recovery.wait_for_pool(instance, pool, lambda line: err_console.print(escape(line)))
-                result = job.execute_in_process(
-                    instance=instance,
-                    asset_selection=keys,
-                    partition_key=partition,
-                    raise_on_error=False,
-                    tags=recovery.run_tags(),
-                )
-                done += 1
-                if not result.success:
-                    failed = [
-                        f"{e.asset_key.to_user_string()}:{e.check_name}"
-                        for e in result.get_asset_check_evaluations()
-                        if not e.passed
-                    ]
-                    err_console.print(
-                        f"[red]failed:[/red] {names}" + (f" (checks failed: {', '.join(failed)})" if failed else "")
-                    )
-                    raise typer.Exit(1)
-                console.print(f"materialised [bold]{names}[/bold]")
-    for missing in sorted(set(uarch or []) - matched) if narrowed else []:
-        err_console.print(f"no partition of {missing}: it has no measurements, so nothing of it was materialised")
-
-
-def _groups(graph, ordered: list) -> list[tuple[list, object]]:
-    """Consecutive unpartitioned assets run together; a partitioned asset runs alone."""
-    groups: list[tuple[list, object]] = []
-    for key in ordered:
-        partitions_def = graph.get(key).partitions_def
-        if partitions_def is None and groups and groups[-1][1] is None:
-            groups[-1][0].append(key)
-        else:
-            groups.append(([key], partitions_def))
-    return groups
-
-
-def _partitions(partitions_def, instance, uarchs: list[str] | None) -> list[str]:
-    """The partition keys to run, narrowed to ``uarchs`` (by the µarch dimension where there is one)."""
-    keys = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
-    return keys if not uarchs else [k for k in keys if _uarch_of(k, partitions_def) in uarchs]
-
-
-def _uarch_of(key, partitions_def) -> str | None:
-    """The µarch of a partition key: ``skylake``, ``shard-0|skylake``, or an inbox
-    batch ``skylake-<batch id>`` (CPU names may hold hyphens; batch ids do not)."""
-    import dagster as dg
-
-    from difftune_pipeline.defs.inbox import BATCHES
-    from difftune_pipeline.defs.partitions import UARCHS
-
-    if isinstance(key, dg.MultiPartitionKey):
-        return key.keys_by_dimension["uarch"]
-    name = getattr(partitions_def, "name", None)
-    if name == UARCHS.name:
-        return key
-    if name == BATCHES.name:
-        return key.rsplit("-", 1)[0]
-    return None
 
 
 @app.command()

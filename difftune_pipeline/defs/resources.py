@@ -20,7 +20,7 @@ import os
 
 import dagster as dg
 
-from difftune_pipeline import config
+from difftune_pipeline import config, environment
 from difftune_pipeline.engine import Engine
 from difftune_pipeline.engine.ray_engine import RayEngine, WorkerPool
 from difftune_pipeline.warehouse import DEFAULT_PATH
@@ -103,12 +103,8 @@ class Compute(dg.ConfigurableResource):
 def compute_from_env(env=os.environ) -> Compute:
     """The ``Compute`` of ``DIFFTUNE_COMPUTE`` and ``DIFFTUNE_RAY_WORKERS``, refused
     when the definitions load if either is wrong."""
-    backend, workers = env.get("DIFFTUNE_COMPUTE", "threads"), env.get("DIFFTUNE_RAY_WORKERS", "0") or "0"
-    if backend not in ("threads", "ray"):
-        raise ValueError(f"DIFFTUNE_COMPUTE={backend!r}: threads or ray")
-    if not workers.isdigit():
-        raise ValueError(f"DIFFTUNE_RAY_WORKERS={workers!r}: a number of workers, 0 for one per free CPU")
-    return Compute(backend=backend, workers=int(workers))
+    read = environment.read(env)
+    return Compute(backend=read.compute, workers=read.ray_workers)
 
 
 class DataSources(dg.ConfigurableResource):
@@ -139,19 +135,10 @@ class DiffTuneSettings(dg.ConfigurableResource):
 
 
 def settings_from_env(env=os.environ) -> DiffTuneSettings:
-    overrides = config.parse_overrides(env.get("DIFFTUNE_SETTINGS"))
-    for var, name in (
-        ("DIFFTUNE_SURROGATE", "surrogate_model"),
-        ("DIFFTUNE_TUNER", "tuner"),
-        ("DIFFTUNE_MODEL", "model"),
-    ):
-        if env.get(var):
-            overrides[name] = env[var]
-    if env.get("DIFFTUNE_SEARCH_HALVING") == "1":
-        overrides["search.halving"] = True
-    settings = DiffTuneSettings(profile=env.get("DIFFTUNE_PROFILE", "sample"), overrides=json.dumps(overrides))
-    settings.get()  # refuse a bad profile or override when the definitions load, not in a run
-    return settings
+    """The profile and overrides of the environment (``environment.read``): a bad
+    one is refused when the definitions load, not in a run."""
+    read = environment.read(env)
+    return DiffTuneSettings(profile=read.profile, overrides=json.dumps(read.overrides))
 
 
 @dg.definitions
@@ -159,7 +146,7 @@ def resources() -> dg.Definitions:
     settings = settings_from_env()
     return dg.Definitions(
         resources={
-            "warehouse": Warehouse(path=os.environ.get("DIFFTUNE_WAREHOUSE", str(DEFAULT_PATH))),
+            "warehouse": Warehouse(path=str(environment.warehouse_path())),
             "engine": EngineResource(),
             "compute": compute_from_env(),
             "sources": DataSources.for_profile(settings.profile, os.environ.get("DIFFTUNE_DATA_DIR")),

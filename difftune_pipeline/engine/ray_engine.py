@@ -20,7 +20,9 @@ import hashlib
 import json
 import math
 import os
+import socket
 from collections import OrderedDict
+from collections.abc import Callable
 
 import numpy as np
 
@@ -28,7 +30,26 @@ from difftune_pipeline.engine import DEFAULT_CYCLE_CAP, DEFAULT_ITERATIONS, Bloc
 
 MIN_CHUNK = 64  # pairs per task at least: a task costs about a millisecond of Ray's time
 SHIPPED_LISTS = 4  # block lists kept in the object store (a search reuses one for thousands of calls)
+PROBE_SECONDS = 5.0  # a cluster's address must answer this fast
 RETRIES = 3  # restarts of a worker, and retries of its task, before a call fails
+
+
+def probe(address: str, seconds: float = PROBE_SECONDS) -> None:
+    """A cluster at ``address`` (``host:port`` or ``ray://host:port``) must answer
+    within ``seconds``: Ray itself would wait for it until killed. No address
+    (or ``auto``/``local``) means Ray on this machine, started when needed."""
+    if address in ("", "auto", "local"):
+        return
+    host, _, port = address.split("://", 1)[-1].rstrip("/").rpartition(":")
+    if not host or not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        raise ConnectionError(f"RAY_ADDRESS={address!r}: a Ray cluster's HOST:PORT (e.g. 10.0.0.5:6379), or unset")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=seconds).close()
+    except OSError as exc:
+        raise ConnectionError(
+            f"RAY_ADDRESS={address!r}: no Ray cluster answered within {seconds:g} s "
+            f"({exc.strerror or type(exc).__name__}); start one there or unset RAY_ADDRESS"
+        ) from None
 
 
 def connect(address: str | None = None) -> None:
@@ -38,8 +59,10 @@ def connect(address: str | None = None) -> None:
 
     if ray.is_initialized():
         return
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    probe(address or "")
     ray.init(
-        address=address or os.environ.get("RAY_ADDRESS") or None,
+        address=address,
         include_dashboard=False,
         log_to_driver=False,
         configure_logging=False,
@@ -138,10 +161,18 @@ class RayEngine(Engine):
     A block list is shipped once while the same list object is passed (a list
     changed in place is not noticed: pass a new list)."""
 
-    def __init__(self, mcpu: str, pool: WorkerPool):
+    def __init__(self, mcpu: str, pool: WorkerPool | Callable[[], WorkerPool]):
         super().__init__(mcpu)
-        self.pool = pool
+        self._pool = pool
         self._shipped: OrderedDict[int, tuple[list, str, object]] = OrderedDict()
+
+    @property
+    def pool(self) -> WorkerPool:
+        """The workers; given as a callable, made (and Ray connected) on first use,
+        so a run with nothing to simulate never reaches the cluster."""
+        if not isinstance(self._pool, WorkerPool):
+            self._pool = self._pool()
+        return self._pool
 
     @property
     def parallelism(self) -> int:

@@ -110,3 +110,39 @@ def metrics_by_slice(
         )
     schema = {"split": pl.Utf8, "slice": pl.Utf8, "n": pl.Int64, "mape": pl.Float64, "kendall_tau": pl.Float64}
     return pl.DataFrame(rows, schema={**schema, "mean_signed_error": pl.Float64}).sort(["split", "slice"])
+
+
+MIN_SLICE_BLOCKS = 20  # fewer blocks than this never make a slice "worse": a handful of blocks is noise
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def worse_slices(
+    errors: pl.DataFrame, memberships: pl.DataFrame, min_blocks: int = MIN_SLICE_BLOCKS, seed: int = 0
+) -> pl.DataFrame:
+    """Per slice, whether a table is worse than another by more than noise.
+    ``errors``: block_id, base_error, new_error (absolute relative errors of one
+    block under the two tables). The difference of the slice's MAPEs holds up when
+    the slice has ``min_blocks`` blocks and the bootstrap 95% interval of the mean
+    per-block difference (blocks resampled) lies above zero. Columns: slice, n,
+    difference, low, high, holds (seeded: the same inputs give the same verdicts)."""
+    joined = errors.join(memberships, on="block_id").sort(["slice", "block_id"])
+    rng = np.random.default_rng(seed)
+    rows = []
+    for (slice_,), group in joined.group_by(["slice"], maintain_order=True):
+        d = (group["new_error"] - group["base_error"]).to_numpy()
+        low = high = float("nan")
+        if d.size >= min_blocks:
+            means = d[rng.integers(0, d.size, size=(BOOTSTRAP_RESAMPLES, d.size))].mean(axis=1)
+            low, high = (float(q) for q in np.quantile(means, [0.025, 0.975]))
+        rows.append(
+            {
+                "slice": slice_,
+                "n": d.size,
+                "difference": float(d.mean()),
+                "low": low,
+                "high": high,
+                "holds": bool(d.size >= min_blocks and low > 0),
+            }
+        )
+    schema = {"slice": pl.Utf8, "n": pl.Int64, "difference": pl.Float64, "low": pl.Float64, "high": pl.Float64}
+    return pl.DataFrame(rows, schema={**schema, "holds": pl.Boolean})

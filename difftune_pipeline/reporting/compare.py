@@ -1,4 +1,5 @@
-"""Default against learned: per-slice comparison, the parameters that moved,
+"""llvm-mca as shipped, LLVM's table under the chosen model and the learned
+table: per-slice comparison, the slices made worse, the parameters that moved,
 and engine cycles beside measured ones."""
 
 from __future__ import annotations
@@ -10,18 +11,54 @@ from difftune_pipeline.engine.table import diff
 from difftune_pipeline.warehouse import queries
 
 
-def compare(evaluations: pl.DataFrame, default_id: str, learned_id: str) -> pl.DataFrame:
-    """Default against learned per (split, slice), with the slices made worse flagged."""
-    d = evaluations.filter(pl.col("table_id") == default_id).select(
-        "split", "slice", "n", pl.col("mape").alias("default_mape"), pl.col("kendall_tau").alias("default_tau")
-    )
-    learned = evaluations.filter(pl.col("table_id") == learned_id).select(
-        "split", "slice", pl.col("mape").alias("learned_mape"), pl.col("kendall_tau").alias("learned_tau")
-    )
+def compare(evaluations: pl.DataFrame, tables: dict[str, str], worse: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The tables side by side per (split, slice): n, then each table's MAPE and
+    Kendall tau (``{name: table_id}``, columns ``<name>_mape``, ``<name>_tau`` with
+    ``-`` as ``_``). With ``worse`` (``metrics.worse_slices`` of the learned table
+    against the default on test): ``worse``, the learned table is worse there by
+    more than noise, and ``worse_within_noise``, its MAPE is higher but not by a
+    difference that holds up."""
+    out = None
+    for name, table_id in tables.items():
+        col = name.replace("-", "_")
+        part = evaluations.filter(pl.col("table_id") == table_id).select(
+            "split", "slice", "n", pl.col("mape").alias(f"{col}_mape"), pl.col("kendall_tau").alias(f"{col}_tau")
+        )
+        out = part if out is None else out.join(part.drop("n"), on=["split", "slice"], how="left")
+    higher = pl.col("learned_mape") > pl.col("default_mape") + 1e-12
+    if worse is None:
+        return out.with_columns(higher.alias("worse")).sort(["split", "slice"])
+    holds = worse.filter(pl.col("holds")).select("slice", pl.lit("test").alias("split"), pl.lit(True).alias("worse"))
     return (
-        d.join(learned, on=["split", "slice"])
-        .with_columns((pl.col("learned_mape") > pl.col("default_mape") + 1e-12).alias("worse"))
+        out.join(holds, on=["split", "slice"], how="left")
+        .with_columns(pl.col("worse").fill_null(False))
+        .with_columns((higher & ~pl.col("worse") & (pl.col("split") == "test")).alias("worse_within_noise"))
         .sort(["split", "slice"])
+    )
+
+
+def worse_summary(comparison: pl.DataFrame) -> str:
+    """One line: the test slices the learned table makes worse by more than noise,
+    and how many others are worse only within noise."""
+    test = comparison.filter(pl.col("split") == "test")
+    worse = test.filter(pl.col("worse"))["slice"].to_list()
+    noise = test.filter(pl.col("worse_within_noise")).height if "worse_within_noise" in test.columns else 0
+    text = ", ".join(worse) if worse else "none"
+    if noise:
+        text += (
+            f"; {noise} other slice{'s' if noise > 1 else ''} worse only within noise "
+            "(fewer than 20 blocks, or a bootstrap 95% interval that includes no change)"
+        )
+    return text
+
+
+def errors(predicted: pl.DataFrame, base: str, new: str) -> pl.DataFrame:
+    """block_id, base_error, new_error: each block's absolute relative error under
+    two table columns of ``predicted_vs_measured`` (blocks both simulated)."""
+    return predicted.drop_nulls([base, new]).select(
+        "block_id",
+        ((pl.col(base) - pl.col("measured")).abs() / pl.col("measured")).alias("base_error"),
+        ((pl.col(new) - pl.col("measured")).abs() / pl.col("measured")).alias("new_error"),
     )
 
 

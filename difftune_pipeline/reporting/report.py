@@ -1,4 +1,5 @@
-"""The HTML report: per µarch, default against learned through the real engine,
+"""The HTML report: per µarch, llvm-mca as shipped, LLVM's table under the chosen
+model and the learned table through the real engine,
 by slice (ML kernels set beside the rest), the predicted-vs-measured plot, the
 parameters that moved, why the notable blocks cost what they cost (timelines
 and port pressure, learned against default), and the surrogates behind them. Self-contained: plots
@@ -6,6 +7,7 @@ are inlined, so the file can be mailed or archived."""
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 from datetime import UTC, datetime
@@ -14,8 +16,15 @@ from pathlib import Path
 import polars as pl
 
 from difftune_pipeline.engine import Engine, ParamTable
+from difftune_pipeline.model.metrics import MIN_SLICE_BLOCKS, worse_slices
 from difftune_pipeline.reporting import plots
-from difftune_pipeline.reporting.compare import changed_parameters, compare, predicted_vs_measured
+from difftune_pipeline.reporting.compare import (
+    changed_parameters,
+    compare,
+    errors,
+    predicted_vs_measured,
+    worse_summary,
+)
 from difftune_pipeline.reporting.explain import change_text, explain, notable
 from difftune_pipeline.warehouse import queries
 
@@ -50,33 +59,37 @@ def _pct(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def uarch_section(db, uarch: str, learned_id: str, default_id: str) -> str:
-    evals = queries.evaluations(db, uarch, [default_id, learned_id])
-    if evals.is_empty():
+def uarch_section(db, row: dict) -> str:
+    """One µarch's section from its newest comparison (``queries.results``' row)."""
+    uarch = row["uarch"]
+    tables = {"llvm-mca": row["llvm_mca_id"], "default": row["default_id"], "learned": row["learned_id"]}
+    evals = queries.evaluations(db, uarch, list(tables.values()))
+    if row["learned_id"] is None or evals.is_empty():
         return f"<h2>{html.escape(uarch)}</h2><p>Not evaluated yet: materialise <code>evaluation</code>.</p>"
-    table = _pct(compare(evals, default_id, learned_id))
+    predicted = predicted_vs_measured(db, uarch, tables)
+    worse = worse_slices(errors(predicted, "default", "learned"), queries.block_slices(db, uarch))
+    comparison = compare(evals, tables, worse)
+    table = _pct(comparison)
     test = table.filter(pl.col("split") == "test")
-    overall = test.filter(pl.col("slice").is_in(["all"]))
     ml = test.filter(pl.col("slice").str.starts_with("ml:")).with_columns(
         (pl.col("learned_mape_pct") <= 100 * GPGPU_SIM_ML_ERROR).alias("within_gpgpu_sim_18pct")
     )
-    worse = test.filter(pl.col("worse"))["slice"].to_list()
-    note = queries.table_note(db, learned_id)
+    note = queries.table_note(db, row["learned_id"])
     tuner = json.loads(note).get("tuner", "surrogate") if note else "unknown"
+    code = {name: f"<code>{html.escape(table_id)}</code>" for name, table_id in tables.items()}
     parts = [
         f"<h2>-mcpu={html.escape(uarch)}</h2>",
-        f"<p>default table <code>{html.escape(default_id)}</code>, learned table <code>{html.escape(learned_id)}</code>"
-        f" (tuner: {html.escape(tuner)})."
-        " Every figure is the real engine (llvm-mca's library) at 100 iterations against measured cycles per 100"
-        " iterations.</p>",
+        f"<p>Three tables side by side: <b>llvm-mca</b>, llvm-mca as shipped (LLVM's table under llvm-mca's own"
+        f" model, {code['llvm-mca']}); <b>default</b>, LLVM's table under the model the pipeline chose"
+        f" ({html.escape(row['model'])}, {code['default']}); <b>learned</b> ({code['learned']}, tuner:"
+        f" {html.escape(tuner)}). Every figure is the real engine (llvm-mca's library) at 100 iterations against"
+        " measured cycles per 100 iterations.</p>",
         "<h3>Overall</h3>",
         table_html(table.filter(pl.col("slice") == "all"), "worse"),
+        f"<p>Slices of test the learned table makes worse than the default: {html.escape(worse_summary(comparison))}."
+        f" A slice counts only with at least {MIN_SLICE_BLOCKS} blocks and a bootstrap 95% interval of the"
+        " difference in MAPE above zero.</p>",
     ]
-    if overall.height:
-        parts.append(
-            f"<p>Slices of test made worse by the learned table: {html.escape(', '.join(worse) or 'none')}.</p>"
-        )
-    predicted = predicted_vs_measured(db, uarch, {"default": default_id, "learned": learned_id})
     png = scatter_png(predicted, uarch)
     if png is not None:
         parts.append(_img(png, "predicted vs measured"))
@@ -88,7 +101,7 @@ def uarch_section(db, uarch: str, learned_id: str, default_id: str) -> str:
         "<h3>By slice (test)</h3>",
         table_html(test, "worse"),
     ]
-    learned, default = queries.load_table(db, learned_id), queries.load_table(db, default_id)
+    learned, default = queries.load_table(db, row["learned_id"]), queries.load_table(db, row["default_id"])
     parts += ["<h3>Parameters that moved most</h3>", table_html(changed_parameters(default, learned))]
     parts += ["<h3>Why: the blocks the learned table changed most</h3>"]
     parts += [explained_html(e) for e in explained_blocks(Engine(uarch), predicted, default, learned)]
@@ -204,24 +217,59 @@ def scatter_png(predicted: pl.DataFrame, uarch: str) -> bytes | None:
     return plots.predicted_vs_measured(predicted, f"-mcpu={uarch}, test blocks") if predicted.height else None
 
 
-def write_scatter(db, uarch: str, predicted: pl.DataFrame) -> tuple[bytes, Path] | None:
-    """The scatter as ``reports/predicted_vs_measured-<µarch>.png`` beside the warehouse."""
-    png = scatter_png(predicted, uarch)
-    if png is None:
-        return None
-    path = Path(db).parent / "reports" / f"predicted_vs_measured-{uarch}.png"
+def _figures_path(db, uarch: str, key: str) -> Path:
+    return Path(db).parent / "reports" / f"evaluation-{uarch}-{key}.json"
+
+
+def save_figures(db, uarch: str, key: str, scatter: bytes | None, explained: list[dict]) -> dict:
+    """The evaluation's figures and explained blocks, kept under ``reports/``
+    beside the warehouse by ``key`` (what they were drawn from), and the scatter
+    as ``reports/predicted_vs_measured-<µarch>.png``; returns ``load_figures``' dict."""
+    path = _figures_path(db, uarch, key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(png)
-    return png, path
+    doc = {"scatter": scatter, "explained": explained}
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, default=_encode))
+    tmp.replace(path)  # whole or absent: a killed run leaves no half file to load
+    return load_figures(db, uarch, key)
+
+
+def load_figures(db, uarch: str, key: str) -> dict | None:
+    """{"scatter": (png, path) or None, "explained": [...]} kept for ``key``, or None."""
+    path = _figures_path(db, uarch, key)
+    if not path.exists():
+        return None
+    doc = json.loads(path.read_text(), object_hook=_decode)
+    scatter = None
+    if doc["scatter"] is not None:
+        png_path = path.parent / f"predicted_vs_measured-{uarch}.png"
+        if not png_path.exists() or png_path.read_bytes() != doc["scatter"]:
+            png_path.write_bytes(doc["scatter"])
+        scatter = doc["scatter"], png_path
+    return {"scatter": scatter, "explained": doc["explained"]}
+
+
+def _encode(value):
+    if isinstance(value, bytes):
+        return {"__png__": base64.b64encode(value).decode()}
+    if isinstance(value, tuple | set):
+        return list(value)
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    raise TypeError(f"cannot keep {type(value).__name__} in the evaluation's figures")
+
+
+def _decode(obj: dict):
+    return base64.b64decode(obj["__png__"]) if set(obj) == {"__png__"} else obj
 
 
 def build(db, out: Path) -> Path:
-    """Write the report for every µarch with a learned table; returns the path."""
-    learned = queries.latest_learned_per_mcpu(db)
-    if learned.is_empty():
-        raise ValueError(f"no learned table in {db}: materialise learned_params and evaluation first")
+    """Write the report for every µarch with an evaluation; returns the path."""
+    results = queries.results(db).filter(pl.col("learned_id").is_not_null())
+    if results.is_empty():
+        raise ValueError(f"no evaluation in {db}: materialise learned_params and evaluation first")
     runs = queries.surrogate_summary(db)
-    sections = [uarch_section(db, r["mcpu"], r["table_id"], r["parent_id"]) for r in learned.iter_rows(named=True)]
+    sections = [uarch_section(db, r) for r in results.iter_rows(named=True)]
     body = "\n".join(
         [
             "<h1>difftune-pipeline report</h1>",

@@ -31,7 +31,7 @@ CODE_VERSIONS = {
     "simulations": "1",
     "surrogate": "3",
     "learned_params": "3",
-    "evaluation": "3",
+    "evaluation": "4",
 }
 
 
@@ -135,6 +135,15 @@ class StepContext:
 
     def sampled_tables(self, space: ParamSpace) -> list[SampledTable]:
         return sampled_tables(space, self.uarch, self.settings.presets, self.settings.tables_per_preset)
+
+    def llvm_mca_table(self) -> tuple[str, ParamTable]:
+        """llvm-mca as shipped (LLVM's table under llvm-mca's own model) and its id:
+        the default table itself when the chosen model is llvm-mca's."""
+        default_id, default = self.default_table()
+        if not default.mechanisms:
+            return default_id, default
+        llvm = self.llvm_default()
+        return f"llvm-mca-{self.uarch}-{llvm.fingerprint()}", llvm
 
     def default_table(self) -> tuple[str, ParamTable]:
         """LLVM's table over every measured block, under the chosen model, and its id."""

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import polars as pl
 
-from difftune_pipeline.model.metrics import metrics_by_slice, slices
-from difftune_pipeline.reporting.compare import changed_parameters, compare, predicted_vs_measured
-from difftune_pipeline.reporting.report import explained_blocks, write_scatter
-from difftune_pipeline.steps.context import StepContext
+from difftune_pipeline.engine import extended
+from difftune_pipeline.model.metrics import metrics_by_slice, slices, worse_slices
+from difftune_pipeline.reporting.compare import changed_parameters, compare, errors, predicted_vs_measured
+from difftune_pipeline.reporting.report import explained_blocks, load_figures, save_figures, scatter_png
+from difftune_pipeline.steps.context import CODE_VERSIONS, StepContext, fingerprint
 from difftune_pipeline.warehouse import insert_new, queries, writer
 
 
 def evaluate(ctx: StepContext, table_ids: list[str]) -> pl.DataFrame:
     """The ``evaluations`` rows of ``table_ids``, evaluating those not stored yet."""
     todo = [t for t in table_ids if not queries.evaluated(ctx.db, t, ctx.uarch)]
-    if not todo:  # the slices below cost a simulation of llvm-mca's table
+    if not todo and queries.has_block_slices(ctx.db, ctx.uarch):  # the slices cost a simulation of llvm-mca's table
         return queries.evaluations(ctx.db, ctx.uarch, table_ids)
     (val_frame, val_blocks), (test_frame, test_blocks) = ctx.blocks("val"), ctx.blocks("test")
     frame, blocks = pl.concat([val_frame, test_frame]), {**val_blocks, **test_blocks}
@@ -25,6 +26,8 @@ def evaluate(ctx: StepContext, table_ids: list[str]) -> pl.DataFrame:
         queries.bottlenecks(ctx.db, ctx.default_table()[0]),
         [_store_load(ctx), _above_16_bytes(ctx, frame, blocks)],
     )
+    with writer(ctx.db) as con:
+        queries.save_block_slices(con, ctx.uarch, memberships)
     iterations, now = ctx.settings.iterations, queries.now()
     for table_id in todo:
         table = queries.load_table(ctx.db, table_id)
@@ -83,21 +86,42 @@ def _above_16_bytes(ctx: StepContext, frame: pl.DataFrame, blocks: dict) -> pl.D
 
 
 def evaluate_latest(ctx: StepContext) -> dict:
-    """The default and the newest learned table compared per (split, slice), the
-    parameters that moved most, the predicted-vs-measured figure (also written
-    under ``reports/``) and the notable blocks explained."""
+    """Three tables compared per (split, slice): llvm-mca as shipped, LLVM's table
+    under the chosen model, and the newest learned one; the slices where the
+    learned table is worse than the default by more than noise; the parameters
+    that moved most, the predicted-vs-measured figure (also written under
+    ``reports/``) and the notable blocks explained. The figures and explanations
+    are kept per comparison, so evaluating again with nothing changed redraws nothing."""
+    llvm_id, llvm = ctx.llvm_mca_table()
     default_id, default = ctx.default_table()
     learned_id = queries.latest_learned(ctx.db, ctx.uarch)
     if learned_id is None:
         raise ValueError(f"no learned table for {ctx.uarch}: materialise learned_params first")
-    comparison = compare(evaluate(ctx, [default_id, learned_id]), default_id, learned_id)
+    tables = {"llvm-mca": llvm_id, "default": default_id, "learned": learned_id}
+    with writer(ctx.db) as con:
+        queries.save_table(con, llvm_id, llvm, kind="baseline", note="llvm-mca as shipped: LLVM's table and model")
+    evaluations = evaluate(ctx, list(dict.fromkeys(tables.values())))
+    predicted = predicted_vs_measured(ctx.db, ctx.uarch, tables)
+    worse = worse_slices(errors(predicted, "default", "learned"), queries.block_slices(ctx.db, ctx.uarch))
     learned = queries.load_table(ctx.db, learned_id)
-    predicted = predicted_vs_measured(ctx.db, ctx.uarch, {"default": default_id, "learned": learned_id})
+    model = "extended" if set(default.mechanisms) == set(extended.EXTENDED) else default.model
+    key = fingerprint(tables, queries.measurement_totals(ctx.db, ctx.uarch), CODE_VERSIONS["evaluation"])
+    figures = load_figures(ctx.db, ctx.uarch, key)
+    if figures is None:
+        figures = save_figures(
+            ctx.db,
+            ctx.uarch,
+            key,
+            scatter_png(predicted, ctx.uarch),
+            explained_blocks(ctx.engine, predicted, default, learned),
+        )
+    with writer(ctx.db) as con:
+        queries.record_comparison(con, ctx.uarch, llvm_id, default_id, learned_id, model)
     return {
-        "default_id": default_id,
-        "learned_id": learned_id,
-        "comparison": comparison,
+        "tables": tables,
+        "model": model,
+        "comparison": compare(evaluations, tables, worse),
+        "worse": worse,
         "changed": changed_parameters(default, learned),
-        "scatter": write_scatter(ctx.db, ctx.uarch, predicted),
-        "explained": explained_blocks(ctx.engine, predicted, default, learned),
+        **figures,
     }

@@ -8,7 +8,7 @@ written, so the one writer costs time only once it is slower than the engine."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import polars as pl
@@ -37,14 +37,15 @@ def simulate_shard(ctx: StepContext, shard: int, chunk: int | None = None) -> di
     space, default, blocks = ctx.space()
     mine = [t for t in ctx.sampled_tables(space) if shard_of(t.table_id, ctx.settings.shards) == shard]
     iterations, label = ctx.settings.iterations, f"shard-{shard}"
-    chunk = chunk or max(CHUNK, PER_WORKER * ctx.engine.parallelism)
+    # sized on the first pair to simulate: asking a Ray engine its workers connects to the cluster
+    size = (lambda: chunk) if chunk else (lambda: max(CHUNK, PER_WORKER * ctx.engine.parallelism))
     ids = sorted(blocks)
     every = ([blocks[b] for b in ids], {b: i for i, b in enumerate(ids)})  # one list for every chunk
     t0 = time.perf_counter()
     counts = {"planned": 0, "already_done": 0}
     written, pending = 0, None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="simulate") as ahead:
-        for part in _chunks(_todo(ctx, mine, ids, counts), chunk):
+        for part in _chunks(_todo(ctx, mine, ids, counts), size):
             simulating = ahead.submit(_simulate_chunk, ctx, part, space, default, every, iterations, label)
             if pending is not None:
                 written += _store(ctx, space, *pending.result())
@@ -65,11 +66,12 @@ def simulate_shard(ctx: StepContext, shard: int, chunk: int | None = None) -> di
     }
 
 
-def _chunks(pairs: Iterator[tuple], size: int) -> Iterator[list]:
-    part = []
+def _chunks(pairs: Iterator[tuple], size: Callable[[], int]) -> Iterator[list]:
+    part, n = [], 0
     for pair in pairs:
         part.append(pair)
-        if len(part) == size:
+        n = n or size()
+        if len(part) == n:
             yield part
             part = []
     if part:

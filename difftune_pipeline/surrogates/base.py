@@ -39,15 +39,24 @@ class FitConfig:
     threads: int = 2
 
 
-def training_device() -> torch.device:
-    """Where a surrogate trains: ``DIFFTUNE_TORCH_DEVICE`` when set, else the GPU
-    when torch sees one, else the CPU. Tuning and checkpoints stay on the CPU."""
-    name = os.environ.get("DIFFTUNE_TORCH_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")  # devices that hold data ("meta" holds none)
+
+
+def training_device(name: str | None = None) -> torch.device:
+    """Where a surrogate trains: ``name`` (else ``DIFFTUNE_TORCH_DEVICE``) when set,
+    else the GPU when torch sees one, else the CPU. Tuning and checkpoints stay on the CPU."""
+    name = os.environ.get("DIFFTUNE_TORCH_DEVICE", "") if name is None else name
+    name = name or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
         device = torch.device(name)
+        if device.type not in DEVICE_TYPES:
+            raise RuntimeError(f"a {device.type} device holds no data")
         torch.empty(0, device=device)
     except (RuntimeError, AssertionError) as exc:
-        raise ValueError(f"DIFFTUNE_TORCH_DEVICE={name!r} cannot be used here: {exc}") from None
+        raise ValueError(
+            f"DIFFTUNE_TORCH_DEVICE={name!r} cannot be used here ({str(exc).splitlines()[0]}): "
+            f"cpu, or a GPU torch sees (cuda, cuda:N)"
+        ) from None
     return device
 
 

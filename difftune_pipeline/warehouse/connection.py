@@ -43,14 +43,15 @@ class WarehouseBusy(TimeoutError):
     """Another process held the warehouse file for longer than the lock timeout."""
 
 
-def lock_timeout() -> float:
-    value = os.environ.get("DIFFTUNE_LOCK_TIMEOUT", "")
+def lock_timeout(value: str | None = None) -> float:
+    """Seconds to wait for the file: ``value``, else ``DIFFTUNE_LOCK_TIMEOUT``, else 300."""
+    value = os.environ.get("DIFFTUNE_LOCK_TIMEOUT", "") if value is None else value
     try:
         seconds = float(value) if value else DEFAULT_LOCK_TIMEOUT
     except ValueError:
-        raise ValueError(f"DIFFTUNE_LOCK_TIMEOUT={value!r} is not a number of seconds") from None
+        raise ValueError(f"DIFFTUNE_LOCK_TIMEOUT={value!r}: not a number of seconds (zero or more)") from None
     if not seconds >= 0:
-        raise ValueError(f"DIFFTUNE_LOCK_TIMEOUT={value!r} must be zero or more seconds")
+        raise ValueError(f"DIFFTUNE_LOCK_TIMEOUT={value!r}: seconds must be zero or more")
     return seconds
 
 

@@ -203,6 +203,26 @@ MIGRATIONS: list[str] = [
         WHERE opcode = '*' AND param = 'mechanism:memory'
         AND table_id NOT IN (SELECT table_id FROM param_values WHERE param = 'store_forward_fail_penalty');
     """,
+    """
+    -- What each evaluation compared: llvm-mca as shipped (LLVM's table, llvm-mca's
+    -- own model), LLVM's table under the model the pipeline chose, and the learned table.
+    CREATE TABLE comparisons (
+        uarch      VARCHAR NOT NULL,
+        llvm_mca_id VARCHAR NOT NULL,
+        default_id VARCHAR NOT NULL,
+        learned_id VARCHAR NOT NULL,
+        model      VARCHAR NOT NULL,      -- the chosen model: llvm-mca | extended | llvm-mca+<mechanism>…
+        evaluated_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (uarch, llvm_mca_id, default_id, learned_id)
+    );
+    -- The slices each evaluated block belongs to (all, app:…, ml:…, len:…, mem:…, bottleneck:…, fe:…).
+    CREATE TABLE block_slices (
+        uarch      VARCHAR NOT NULL,
+        block_id   VARCHAR NOT NULL,
+        slice      VARCHAR NOT NULL,
+        PRIMARY KEY (uarch, block_id, slice)
+    );
+    """,
 ]
 
 

@@ -1,0 +1,318 @@
+"""Materialising the pipeline, quietly: one progress line while it runs, Dagster's
+log in a file, one line for whatever stops it, and the results at the end."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from difftune_pipeline import environment
+from difftune_pipeline.cli.common import USER_ERRORS, app, fail
+from difftune_pipeline.cli.results import show
+from difftune_pipeline.engine import CPUS, LLVM_VERSION
+
+# A step that failed for one of these failed because of where it ran (a full
+# disk, a busy warehouse, a setting found wrong late), not because of its code.
+ENVIRONMENT_ERRORS = {
+    "OSError",
+    "IOException",
+    "PermissionError",
+    "FileNotFoundError",
+    "WarehouseBusy",
+    "TimeoutError",
+    "ConnectionError",
+    "SettingError",
+    "OutOfMemoryException",
+}
+
+# Dagster's console log at its most detailed: it goes to the log file (or with -v the terminal too).
+EVERY_EVENT = {"loggers": {"console": {"config": {"log_level": "DEBUG"}}}}
+
+
+@app.command()
+def materialize(
+    select: Annotated[str, typer.Option(help="Dagster asset selection")] = "*",
+    uarch: Annotated[
+        list[str] | None, typer.Option(help="only these µarchs' partitions (repeat the option); default: every one")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show Dagster's log here too")] = False,
+) -> None:
+    """Materialise assets of the pipeline into the Dagster instance (DAGSTER_HOME,
+    else the project's .dagster_home/): unpartitioned assets in topological runs,
+    partitioned ones one run per partition (every µarch with measurements, and each
+    shard of its simulations). Shows progress, keeps Dagster's log in a file beside
+    the warehouse, and ends with the results. Every setting is checked first.
+    Runs left behind by a killed process are marked failed first and their pool slots freed."""
+    try:
+        environment.read(os.environ, probe=True)
+    except USER_ERRORS as exc:
+        raise fail(exc) from None
+    unknown = [u for u in uarch or [] if u not in CPUS]
+    if unknown:
+        raise fail(ValueError(f"--uarch {', '.join(unknown)}: not a CPU LLVM {LLVM_VERSION} models"))
+    from difftune_pipeline import ui
+
+    try:
+        ui.instance_home()
+    except OSError as exc:
+        raise fail(
+            OSError(f"DAGSTER_HOME={os.environ.get('DAGSTER_HOME', '')!r}: cannot hold an instance ({exc})")
+        ) from None
+    warehouse = environment.warehouse_path()
+    log_path = warehouse.parent / "logs" / f"materialize-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.log"
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise fail(OSError(f"cannot write the run's log beside the warehouse {warehouse}: {exc}")) from None
+    t0 = time.monotonic()
+    with _captured(log_path, verbose) as terminal:
+        screen = Console(file=terminal, highlight=False, soft_wrap=True)
+        screen.print(f"[dim]Dagster's log: {escape(str(log_path))}{'' if verbose else '  (-v shows it here)'}[/dim]")
+        status = _run(select, uarch, screen, verbose)
+        if status:
+            screen.print(f"[dim]the full log: {escape(str(log_path))}[/dim]")
+            raise typer.Exit(status)
+        screen.print(f"[green]done[/green] in {_elapsed(time.monotonic() - t0)}")
+    print()
+    show(warehouse, Console(highlight=False), uarchs=uarch or None)
+
+
+def _run(select: str, uarchs: list[str] | None, screen: Console, verbose: bool) -> int:
+    """Every run of the selection, in order, behind one progress line; the exit
+    status (0, or the failure's after its one line)."""
+    import dagster as dg
+
+    from difftune_pipeline.defs import recovery
+
+    try:
+        from difftune_pipeline.definitions import defs
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Dagster's beta notices belong in the log, not in front of the user
+            definitions = defs()
+            graph = definitions.resolve_asset_graph()
+            job = definitions.resolve_implicit_global_asset_job_def()
+    except Exception as exc:  # a definitions error is a tree of causes: its root is the one line to read
+        return _refuse(screen, f"the pipeline's definitions did not load: {_root_message(exc)}")
+    keys = sorted(k.to_user_string() for k in graph.materializable_asset_keys)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            selected = dg.AssetSelection.from_string(select).resolve(graph)
+    except Exception as exc:  # the selection grammar raises several error types; all are the user's to read
+        return _refuse(
+            screen,
+            f"--select {select!r} is not an asset selection ({_root_message(exc)}); the assets: {', '.join(keys)}",
+        )
+    ordered = [k for level in graph.toposorted_asset_keys_by_level for k in sorted(level) if k in selected]
+    if not ordered:
+        return _refuse(screen, f"--select {select!r} matches no asset; the assets: {', '.join(keys)}")
+    groups = _groups(graph, ordered)
+    matched: set[str] = set()
+    narrowed = False  # whether the selection has assets partitioned by µarch
+    with dg.DagsterInstance.get() as instance:
+        reaped, freed = recovery.reap_dead_runs(instance)
+        for run_id in reaped:
+            screen.print(f"run {run_id} was left by a killed process: marked failed, its pool slots freed")
+        for run_id in freed:
+            screen.print(f"run {run_id} had finished but still held a pool slot: freed")
+        with _progress(screen, disable=verbose) as bar:  # with -v the log scrolls past instead
+            task = bar.add_task("", total=None)
+            done = 0
+            for i, (group_keys, partitions_def) in enumerate(groups):
+                # partitions are read when their asset's turn comes: ingestion adds the µarchs
+                partitions = [None] if partitions_def is None else _partitions(partitions_def, instance, uarchs)
+                narrowed |= partitions_def is not None
+                matched |= {u for u in uarchs or [] if any(_uarch_of(p, partitions_def) == u for p in partitions)}
+                later = sum(_count(d, instance, uarchs) for _, d in groups[i + 1 :])
+                bar.update(task, total=done + len(partitions) + later)
+                names = ", ".join(k.to_user_string() for k in group_keys)
+                started = time.monotonic()
+                for partition in partitions:
+                    label = escape(names + (f" [{partition}]" if partition else ""))
+                    bar.update(task, description=f"materialising {label}", completed=done)
+                    for pool in sorted(set().union(*(graph.get(k).pools for k in group_keys))):
+                        recovery.wait_for_pool(instance, pool, lambda line: screen.print(escape(line)))
+                    result = job.execute_in_process(
+                        instance=instance,
+                        asset_selection=group_keys,
+                        partition_key=partition,
+                        raise_on_error=False,
+                        tags=recovery.run_tags(),
+                        run_config=EVERY_EVENT,
+                    )
+                    done += 1
+                    bar.update(task, completed=done)
+                    if not result.success:
+                        return _failed(screen, label, result)
+                if partitions:  # (an inbox with no batch has none)
+                    count = f" ({len(partitions)} partitions)" if len(partitions) > 1 else ""
+                    screen.print(f"[green]✓[/green] {escape(names)}{count}  {_elapsed(time.monotonic() - started)}")
+    for missing in sorted(set(uarchs or []) - matched) if narrowed else []:
+        screen.print(f"no partition of {missing}: it has no measurements, so nothing of it was materialised")
+    return 0
+
+
+def _failed(screen: Console, label: str, result) -> int:
+    """One line for a failed run: the checks that failed, or the step's root error."""
+    checks = [
+        f"{e.asset_key.to_user_string()}:{e.check_name}" for e in result.get_asset_check_evaluations() if not e.passed
+    ]
+    if checks:
+        screen.print(f"[red]failed:[/red] {label}: checks failed: {', '.join(checks)}")
+        return 1
+    errors = [e.step_failure_data.error for e in result.all_events if e.is_step_failure and e.step_failure_data.error]
+    root = errors[0] if errors else None
+    while root is not None and root.cause is not None:
+        root = root.cause
+    if root is None:
+        screen.print(f"[red]failed:[/red] {label}")
+        return 1
+    message = root.message.strip().splitlines()[0] if root.message.strip() else root.cls_name
+    screen.print(f"[red]failed:[/red] {label}: {escape(message)}")
+    return 2 if root.cls_name in ENVIRONMENT_ERRORS else 1
+
+
+def _refuse(screen: Console, message: str) -> int:
+    screen.print(f"[red]error:[/red] {escape(message)}")
+    return 2
+
+
+def _root_message(exc: BaseException) -> str:
+    """The innermost cause's first line: what a tree of wrapped errors comes down to."""
+    while exc.__cause__ is not None or (exc.__context__ is not None and not exc.__suppress_context__):
+        exc = exc.__cause__ or exc.__context__
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _elapsed(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 60 else f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+def _progress(screen: Console, disable: bool) -> Progress:
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=20),
+        MofNCompleteColumn(),
+        TextColumn("runs"),
+        TimeElapsedColumn(),
+        console=screen,
+        transient=True,
+        disable=disable,
+    )
+
+
+@contextlib.contextmanager
+def _captured(path: Path, verbose: bool):
+    """While the runs go, everything written to stdout and stderr (Dagster's log,
+    warnings, what Ray and LLVM print, at the file-descriptor level) lands in
+    ``path``, and with ``verbose`` on the terminal too. Yields the terminal's
+    stream, for progress and results."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    terminal = _terminal()
+    log = open(path, "ab", buffering=0)
+    copier = None
+    if verbose:
+        read_end, target = os.pipe()
+        copier = threading.Thread(target=_tee, args=(read_end, log, terminal), daemon=True)
+        copier.start()
+    else:
+        target = log.fileno()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    previous = sys.stdout, sys.stderr
+    stream = open(os.dup(target), "w", buffering=1, encoding="utf-8", errors="replace")
+    try:
+        for fd in (1, 2):
+            os.dup2(target, fd)
+        sys.stdout = sys.stderr = stream
+        yield terminal
+    finally:
+        stream.flush()
+        sys.stdout, sys.stderr = previous
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+        stream.close()
+        if copier is not None:
+            os.close(target)
+            copier.join(timeout=5)  # processes that inherited the pipe (Ray's) may hold it open longer
+        else:
+            log.close()
+        terminal.flush()
+
+
+def _terminal():
+    """Where the user sees output: a copy of the real stderr (its descriptor is about
+    to point at the log), or the stream that stands in for it (in tests)."""
+    try:
+        if sys.stderr.fileno() == 2:
+            return open(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+    except (AttributeError, OSError, ValueError):
+        pass
+    return sys.stderr
+
+
+def _tee(read_end: int, log, terminal) -> None:
+    """Copy what the runs write to the log file and the terminal until every writer closed the pipe."""
+    with open(read_end, "rb", buffering=0) as pipe:
+        while chunk := pipe.read(65536):
+            log.write(chunk)
+            terminal.write(chunk.decode("utf-8", errors="replace"))
+            terminal.flush()
+    log.close()
+
+
+def _groups(graph, ordered: list) -> list[tuple[list, object]]:
+    """Consecutive unpartitioned assets run together; a partitioned asset runs alone."""
+    groups: list[tuple[list, object]] = []
+    for key in ordered:
+        partitions_def = graph.get(key).partitions_def
+        if partitions_def is None and groups and groups[-1][1] is None:
+            groups[-1][0].append(key)
+        else:
+            groups.append(([key], partitions_def))
+    return groups
+
+
+def _count(partitions_def, instance, uarchs: list[str] | None) -> int:
+    """Runs an asset takes as far as is known now (ingestion may add µarchs)."""
+    return 1 if partitions_def is None else len(_partitions(partitions_def, instance, uarchs))
+
+
+def _partitions(partitions_def, instance, uarchs: list[str] | None) -> list[str]:
+    """The partition keys to run, narrowed to ``uarchs`` (by the µarch dimension where there is one)."""
+    keys = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
+    return keys if not uarchs else [k for k in keys if _uarch_of(k, partitions_def) in uarchs]
+
+
+def _uarch_of(key, partitions_def) -> str | None:
+    """The µarch of a partition key: ``skylake``, ``shard-0|skylake``, or an inbox
+    batch ``skylake-<batch id>`` (CPU names may hold hyphens; batch ids do not)."""
+    import dagster as dg
+
+    from difftune_pipeline.defs.inbox import BATCHES
+    from difftune_pipeline.defs.partitions import UARCHS
+
+    if isinstance(key, dg.MultiPartitionKey):
+        return key.keys_by_dimension["uarch"]
+    name = getattr(partitions_def, "name", None)
+    if name == UARCHS.name:
+        return key
+    if name == BATCHES.name:
+        return key.rsplit("-", 1)[0]
+    return None

@@ -1,0 +1,138 @@
+"""What a run learned, from the warehouse alone: per µarch, llvm-mca as shipped,
+LLVM's table under the chosen model and the learned table on the test split,
+and where to go next."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from difftune_pipeline.cli.common import USER_ERRORS, WarehouseOpt, app, fail, print_json
+from difftune_pipeline.reporting.compare import predicted_vs_measured
+from difftune_pipeline.reporting.explain import notable
+from difftune_pipeline.warehouse import DEFAULT_PATH, queries
+
+TABLES = {  # name -> column heading
+    "llvm_mca": "llvm-mca",
+    "default": "default",
+    "learned": "learned",
+}
+LEGEND = (
+    "llvm-mca: as shipped. default: LLVM's values under the chosen model.",
+    "learned: tuned here. MAPE: error against the measured cycles (lower is better);",
+    "τ: Kendall's rank correlation (higher is better). test: blocks never tuned on.",
+)
+
+
+@app.command()
+def results(
+    warehouse: WarehouseOpt = DEFAULT_PATH,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """What the pipeline learned, per µarch: blocks measured, and on the test split
+    the MAPE and Kendall tau of llvm-mca as shipped, of LLVM's table under the
+    model the pipeline chose, and of the learned table; then where to go next.
+    Reads only the warehouse."""
+    try:
+        if as_json:
+            print_json(show(warehouse, None))
+        else:
+            show(warehouse, Console(highlight=False))
+    except USER_ERRORS as exc:
+        raise fail(exc) from None
+
+
+def show(db: Path, console: Console | None, uarchs: list[str] | None = None) -> dict[str, Any]:
+    """The summary as data (``--json``'s document), printed on ``console`` when one is given."""
+    rows = [r for r in queries.results(db).iter_rows(named=True) if not uarchs or r["uarch"] in uarchs]
+    summary = [_entry(r) for r in rows]
+    steps = _next_steps(db, rows)
+    if console is not None:
+        console.print(_table(summary))
+        for line in LEGEND:
+            console.print(line, style="dim")
+        console.print("Next:")
+        for command, what in steps:
+            console.print(f"  {what}:")
+            console.print(f"    [bold]{command}[/bold]", soft_wrap=True)
+    return {"uarchs": summary, "next": [{"command": c, "what": w} for c, w in steps]}
+
+
+def _entry(row: dict) -> dict[str, Any]:
+    return {
+        "uarch": row["uarch"],
+        "blocks_measured": row["blocks"],
+        "test_blocks": row["test_blocks"],
+        "model": row["model"],
+        **{
+            name: {
+                "table_id": row[f"{name}_id"],
+                "test_mape": row[f"{name}_mape"],
+                "test_kendall_tau": row[f"{name}_tau"],
+            }
+            for name in TABLES
+        },
+    }
+
+
+def _table(summary: list[dict]) -> Table:
+    table = Table(title="Results on the test split (MAPE / τ)", title_justify="left", box=None, header_style="bold")
+    for column in ("µarch", "blocks", "test", "model", *TABLES.values()):
+        table.add_column(column, justify="left" if column in ("µarch", "model") else "right", no_wrap=True)
+    for e in summary:
+        cells = [_figure(e[name]) for name in TABLES]
+        if e["learned"]["test_mape"] is None:
+            cells = ["", "", "not evaluated yet: materialise evaluation"]
+        table.add_row(e["uarch"], f"{e['blocks_measured']:,}", str(e["test_blocks"] or ""), e["model"] or "", *cells)
+    if not summary:
+        table.add_row("", "", "", "", "", "", "no measurements yet")
+    return table
+
+
+def _figure(entry: dict) -> str:
+    if entry["test_mape"] is None:
+        return "–"
+    tau = entry["test_kendall_tau"]
+    return f"{100 * entry['test_mape']:.1f}% / {'–' if tau is None else f'{tau:.2f}'}"
+
+
+def _next_steps(db: Path, rows: list[dict]) -> list[tuple[str, str]]:
+    """Commands to run next, on the first evaluated µarch (its most improved test block for ``explain``)."""
+    cli = _program()
+    done = [r for r in rows if r["learned_id"] is not None]
+    if not done:
+        return [(f"{cli} materialize", "materialise the pipeline: the results appear here once evaluation has run")]
+    uarch = done[0]["uarch"]
+    steps = [(f"{cli} report", "the HTML report: every slice, the parameters that moved, the blocks explained")]
+    predicted = predicted_vs_measured(db, uarch, {"default": done[0]["default_id"], "learned": done[0]["learned_id"]})
+    cases = dict(notable(predicted))
+    if "improved most" in cases:
+        hex_ = predicted.filter(predicted["block_id"] == cases["improved most"])["hex"][0]
+        steps.append(
+            (
+                f"{cli} explain --mcpu {uarch} --hex {hex_} --table learned --against default",
+                "why the test block the learned table improved most costs what it costs",
+            )
+        )
+    steps += [
+        ("make ui", "the Dagster UI at http://127.0.0.1:3000: the graph, metadata, checks"),
+        (
+            f"{cli} params export --table learned --mcpu {uarch} --out {uarch}-learned.json",
+            "the learned table as JSON, for simulate --params and your own work",
+        ),
+    ]
+    return steps
+
+
+def _program() -> str:
+    """How to call this command from here: ``.venv/bin/difftune`` inside the checkout, else ``difftune``."""
+    program = Path(sys.executable).parent / "difftune"
+    try:
+        return str(program.relative_to(Path.cwd()))
+    except ValueError:
+        return "difftune"

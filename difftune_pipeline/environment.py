@@ -1,0 +1,131 @@
+"""The environment a run reads, checked in one place before any work: a bad
+variable is refused with one line naming it, its value and what it accepts,
+instead of failing late inside a step (or, for Ray, hanging on a dead address).
+
+The Dagster resources, ``difftune materialize`` and ``difftune ui`` all read
+their settings through ``read``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from difftune_pipeline import config
+
+COMPUTES = ("threads", "ray")
+# Settings fields that have a variable of their own.
+SHORTCUTS = {"DIFFTUNE_SURROGATE": "surrogate_model", "DIFFTUNE_TUNER": "tuner", "DIFFTUNE_MODEL": "model"}
+
+
+class SettingError(ValueError):
+    """A variable of the environment that cannot be used."""
+
+    def __init__(self, variable: str, message: str):
+        self.variable = variable
+        super().__init__(message)
+
+
+def _refused(variable: str, value: str, accepted: str) -> SettingError:
+    return SettingError(variable, f"{variable}={value!r}: {accepted}")
+
+
+@dataclass(frozen=True)
+class Environment:
+    profile: str
+    overrides: dict[str, Any]  # dotted settings fields, DIFFTUNE_SETTINGS and the shortcuts together
+    settings: config.Settings
+    data_dir: str | None
+    compute: str
+    ray_workers: int
+    ray_address: str
+
+
+def read(env: Mapping[str, str] = os.environ, *, probe: bool = False) -> Environment:
+    """Every variable checked (``probe``: also what lies outside this process:
+    the torch device, a Ray cluster at ``RAY_ADDRESS``); ``SettingError`` on the first bad one."""
+    profile = env.get("DIFFTUNE_PROFILE") or "sample"
+    if profile not in config.PROFILES:
+        raise _refused("DIFFTUNE_PROFILE", profile, f"one of {', '.join(sorted(config.PROFILES))}")
+    text = env.get("DIFFTUNE_SETTINGS", "")
+    try:
+        overrides = config.parse_overrides(text)
+        config.settings_for(profile, overrides)
+    except ValueError as exc:
+        raise _refused("DIFFTUNE_SETTINGS", text, f"a JSON object of settings fields: {exc}") from None
+    for variable, name in SHORTCUTS.items():
+        if env.get(variable):
+            overrides[name] = env[variable]
+            try:
+                config.settings_for(profile, overrides)
+            except ValueError as exc:
+                raise _refused(variable, env[variable], str(exc)) from None
+    halving = env.get("DIFFTUNE_SEARCH_HALVING", "")
+    if halving not in ("", "0", "1"):
+        raise _refused("DIFFTUNE_SEARCH_HALVING", halving, "1 to let the search halve a value, 0 or unset not to")
+    if halving == "1":
+        overrides["search.halving"] = True
+    data_dir = env.get("DIFFTUNE_DATA_DIR") or None
+    try:
+        config.input_files(profile, data_dir)
+    except (ValueError, OSError) as exc:
+        raise _refused("DIFFTUNE_DATA_DIR", data_dir or "", f"{exc} (profile {profile})") from None
+    _lock_timeout(env.get("DIFFTUNE_LOCK_TIMEOUT", ""))
+    compute = env.get("DIFFTUNE_COMPUTE") or "threads"
+    if compute not in COMPUTES:
+        raise _refused("DIFFTUNE_COMPUTE", compute, " or ".join(COMPUTES))
+    workers = env.get("DIFFTUNE_RAY_WORKERS") or "0"
+    if not re.fullmatch(r"[0-9]{1,6}", workers):
+        raise _refused("DIFFTUNE_RAY_WORKERS", workers, "a number of workers, 0 for one per free CPU")
+    address = env.get("RAY_ADDRESS", "")
+    if probe:
+        torch_device(env.get("DIFFTUNE_TORCH_DEVICE", ""))
+        if compute == "ray":
+            probe_ray(address)
+    return Environment(
+        profile=profile,
+        overrides=overrides,
+        settings=config.settings_for(profile, overrides),
+        data_dir=data_dir,
+        compute=compute,
+        ray_workers=int(workers),
+        ray_address=address,
+    )
+
+
+def _lock_timeout(value: str) -> float:
+    from difftune_pipeline.warehouse.connection import lock_timeout
+
+    try:
+        return lock_timeout(value)
+    except ValueError as exc:
+        raise SettingError("DIFFTUNE_LOCK_TIMEOUT", f"{exc} (default 300)") from None
+
+
+def torch_device(name: str):
+    """The torch device a surrogate trains on; one that cannot hold data is refused."""
+    from difftune_pipeline.surrogates.base import training_device
+
+    try:
+        return training_device(name)
+    except ValueError as exc:
+        raise SettingError("DIFFTUNE_TORCH_DEVICE", str(exc)) from None
+
+
+def probe_ray(address: str) -> None:
+    from difftune_pipeline.engine.ray_engine import probe
+
+    try:
+        probe(address)
+    except ConnectionError as exc:
+        raise SettingError("RAY_ADDRESS", str(exc)) from None
+
+
+def warehouse_path(env: Mapping[str, str] = os.environ) -> Path:
+    from difftune_pipeline.warehouse import DEFAULT_PATH
+
+    return Path(env.get("DIFFTUNE_WAREHOUSE") or DEFAULT_PATH)
