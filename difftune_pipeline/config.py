@@ -176,7 +176,9 @@ def input_files(profile: str, data_dir: str | None) -> tuple[list[tuple[str, str
             sorted(str(p) for p in (SAMPLE_DIR / "corpus").glob("*.csv")),
         )
     if not data_dir:
-        raise ValueError("the full profile needs DIFFTUNE_DATA_DIR")
+        raise ValueError(
+            "the full profile needs DIFFTUNE_DATA_DIR: a folder with BHive's ground_truth/ and bhive_sources/"
+        )
     root = Path(data_dir)
     files = [
         (str(root / "ground_truth" / name), uarch, unit)
@@ -185,7 +187,6 @@ def input_files(profile: str, data_dir: str | None) -> tuple[list[tuple[str, str
     ]
     if not files:
         raise FileNotFoundError(
-            f"DIFFTUNE_DATA_DIR={data_dir} holds none of "
-            f"ground_truth/{sorted(name for name, _ in FULL_MEASUREMENTS.values())}"
+            f"{data_dir} holds none of ground_truth/{sorted(name for name, _ in FULL_MEASUREMENTS.values())}"
         )
     return files, sorted(str(p) for p in (root / "bhive_sources").glob("*.csv"))

@@ -73,7 +73,7 @@ def read(env: Mapping[str, str] = os.environ, *, probe: bool = False) -> Environ
     try:
         config.input_files(profile, data_dir)
     except (ValueError, OSError) as exc:
-        raise _refused("DIFFTUNE_DATA_DIR", data_dir or "", f"{exc} (profile {profile})") from None
+        raise _refused("DIFFTUNE_DATA_DIR", data_dir or "", f"the {profile} profile's data: {exc}") from None
     _lock_timeout(env.get("DIFFTUNE_LOCK_TIMEOUT", ""))
     compute = env.get("DIFFTUNE_COMPUTE") or "threads"
     if compute not in COMPUTES:
@@ -103,7 +103,7 @@ def _lock_timeout(value: str) -> float:
     try:
         return lock_timeout(value)
     except ValueError as exc:
-        raise SettingError("DIFFTUNE_LOCK_TIMEOUT", f"{exc} (default 300)") from None
+        raise SettingError("DIFFTUNE_LOCK_TIMEOUT", str(exc)) from None
 
 
 def torch_device(name: str):

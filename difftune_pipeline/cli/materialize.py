@@ -36,6 +36,7 @@ ENVIRONMENT_ERRORS = {
     "SettingError",
     "OutOfMemoryException",
 }
+FULL_DISK = "No space left on device"  # DuckDB reports it inside several exception types
 
 # Dagster's console log at its most detailed: it goes to the log file (or with -v the terminal too).
 EVERY_EVENT = {"loggers": {"console": {"config": {"log_level": "DEBUG"}}}}
@@ -62,6 +63,7 @@ def materialize(
     unknown = [u for u in uarch or [] if u not in CPUS]
     if unknown:
         raise fail(ValueError(f"--uarch {', '.join(unknown)}: not a CPU LLVM {LLVM_VERSION} models"))
+    graph, job, ordered = _selection(select)
     from difftune_pipeline import ui
 
     try:
@@ -80,7 +82,7 @@ def materialize(
     with _captured(log_path, verbose) as terminal:
         screen = Console(file=terminal, highlight=False, soft_wrap=True)
         screen.print(f"[dim]Dagster's log: {escape(str(log_path))}{'' if verbose else '  (-v shows it here)'}[/dim]")
-        status = _run(select, uarch, screen, verbose)
+        status = _run(graph, job, ordered, uarch, screen, verbose)
         if status:
             screen.print(f"[dim]the full log: {escape(str(log_path))}[/dim]")
             raise typer.Exit(status)
@@ -89,36 +91,13 @@ def materialize(
     show(warehouse, Console(highlight=False), uarchs=uarch or None)
 
 
-def _run(select: str, uarchs: list[str] | None, screen: Console, verbose: bool) -> int:
+def _run(graph, job, ordered: list, uarchs: list[str] | None, screen: Console, verbose: bool) -> int:
     """Every run of the selection, in order, behind one progress line; the exit
     status (0, or the failure's after its one line)."""
     import dagster as dg
 
     from difftune_pipeline.defs import recovery
 
-    try:
-        from difftune_pipeline.definitions import defs
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # Dagster's beta notices belong in the log, not in front of the user
-            definitions = defs()
-            graph = definitions.resolve_asset_graph()
-            job = definitions.resolve_implicit_global_asset_job_def()
-    except Exception as exc:  # a definitions error is a tree of causes: its root is the one line to read
-        return _refuse(screen, f"the pipeline's definitions did not load: {_root_message(exc)}")
-    keys = sorted(k.to_user_string() for k in graph.materializable_asset_keys)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            selected = dg.AssetSelection.from_string(select).resolve(graph)
-    except Exception as exc:  # the selection grammar raises several error types; all are the user's to read
-        return _refuse(
-            screen,
-            f"--select {select!r} is not an asset selection ({_root_message(exc)}); the assets: {', '.join(keys)}",
-        )
-    ordered = [k for level in graph.toposorted_asset_keys_by_level for k in sorted(level) if k in selected]
-    if not ordered:
-        return _refuse(screen, f"--select {select!r} matches no asset; the assets: {', '.join(keys)}")
     groups = _groups(graph, ordered)
     matched: set[str] = set()
     narrowed = False  # whether the selection has assets partitioned by µarch
@@ -165,6 +144,36 @@ def _run(select: str, uarchs: list[str] | None, screen: Console, verbose: bool) 
     return 0
 
 
+def _selection(select: str) -> tuple:
+    """(asset graph, job, the selected asset keys in topological order); a
+    selection that is not one, or matches nothing, is refused listing the assets."""
+    import dagster as dg
+
+    try:
+        from difftune_pipeline.definitions import defs
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Dagster's beta notices belong in the log, not in front of the user
+            definitions = defs()
+            graph = definitions.resolve_asset_graph()
+            job = definitions.resolve_implicit_global_asset_job_def()
+    except Exception as exc:  # a definitions error is a tree of causes: its root is the one line to read
+        raise fail(ValueError(f"the pipeline's definitions did not load: {_root_message(exc)}")) from None
+    keys = ", ".join(sorted(k.to_user_string() for k in graph.materializable_asset_keys))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            selected = dg.AssetSelection.from_string(select).resolve(graph)
+    except Exception as exc:  # the selection grammar raises several error types; all are the user's to read
+        raise fail(
+            ValueError(f"--select {select!r} is not an asset selection ({_root_message(exc)}); the assets: {keys}")
+        ) from None
+    ordered = [k for level in graph.toposorted_asset_keys_by_level for k in sorted(level) if k in selected]
+    if not ordered:
+        raise fail(ValueError(f"--select {select!r} matches no asset; the assets: {keys}"))
+    return graph, job, ordered
+
+
 def _failed(screen: Console, label: str, result) -> int:
     """One line for a failed run: the checks that failed, or the step's root error."""
     checks = [
@@ -182,12 +191,7 @@ def _failed(screen: Console, label: str, result) -> int:
         return 1
     message = root.message.strip().splitlines()[0] if root.message.strip() else root.cls_name
     screen.print(f"[red]failed:[/red] {label}: {escape(message)}")
-    return 2 if root.cls_name in ENVIRONMENT_ERRORS else 1
-
-
-def _refuse(screen: Console, message: str) -> int:
-    screen.print(f"[red]error:[/red] {escape(message)}")
-    return 2
+    return 2 if root.cls_name in ENVIRONMENT_ERRORS or FULL_DISK in message else 1
 
 
 def _root_message(exc: BaseException) -> str:
@@ -242,17 +246,18 @@ def _captured(path: Path, verbose: bool):
         sys.stdout = sys.stderr = stream
         yield terminal
     finally:
-        stream.flush()
         sys.stdout, sys.stderr = previous
         for fd, copy in saved.items():
             os.dup2(copy, fd)
             os.close(copy)
-        stream.close()
+        with contextlib.suppress(OSError):  # a log on a full disk loses its tail, not the run's outcome
+            stream.close()
         if copier is not None:
             os.close(target)
             copier.join(timeout=5)  # processes that inherited the pipe (Ray's) may hold it open longer
         else:
-            log.close()
+            with contextlib.suppress(OSError):
+                log.close()
         terminal.flush()
 
 

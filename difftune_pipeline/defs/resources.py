@@ -64,7 +64,7 @@ def _ray_pool(workers: int, address: str) -> WorkerPool:
 
 @functools.cache
 def _ray_engine(mcpu: str, workers: int, address: str) -> RayEngine:
-    return RayEngine(mcpu, _ray_pool(workers, address))
+    return RayEngine(mcpu, functools.partial(_ray_pool, workers, address))  # connects on first simulation
 
 
 class EngineResource(dg.ConfigurableResource):

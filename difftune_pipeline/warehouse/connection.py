@@ -49,9 +49,12 @@ def lock_timeout(value: str | None = None) -> float:
     try:
         seconds = float(value) if value else DEFAULT_LOCK_TIMEOUT
     except ValueError:
-        raise ValueError(f"DIFFTUNE_LOCK_TIMEOUT={value!r}: not a number of seconds (zero or more)") from None
+        seconds = float("nan")
     if not seconds >= 0:
-        raise ValueError(f"DIFFTUNE_LOCK_TIMEOUT={value!r}: seconds must be zero or more")
+        raise ValueError(
+            f"DIFFTUNE_LOCK_TIMEOUT={value!r}: seconds to wait for the warehouse, a number ≥ 0 "
+            f"(default {DEFAULT_LOCK_TIMEOUT:g})"
+        )
     return seconds
 
 
@@ -155,7 +158,8 @@ def writer(path: str | Path = DEFAULT_PATH) -> Iterator[duckdb.DuckDBPyConnectio
             yield con
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            with contextlib.suppress(duckdb.Error):  # a COMMIT that failed (a full disk) has ended it already
+                con.execute("ROLLBACK")
             raise
     finally:
         con.close()

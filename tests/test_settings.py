@@ -1,0 +1,136 @@
+"""Every bad setting is refused before any work: one line on stderr naming the
+variable, its value and what is accepted, exit status 2, the warehouse untouched."""
+
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import ROOT
+from difftune_pipeline.cli import app
+from difftune_pipeline.warehouse import connection as store
+
+runner = CliRunner()
+VARIABLES = (
+    "DIFFTUNE_SETTINGS",
+    "DIFFTUNE_PROFILE",
+    "DIFFTUNE_DATA_DIR",
+    "DIFFTUNE_LOCK_TIMEOUT",
+    "DIFFTUNE_TORCH_DEVICE",
+    "DIFFTUNE_COMPUTE",
+    "DIFFTUNE_RAY_WORKERS",
+    "DIFFTUNE_SEARCH_HALVING",
+    "DIFFTUNE_TUNER",
+    "RAY_ADDRESS",
+)
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+CASES = [
+    ({"DIFFTUNE_SETTINGS": "{search.budget: 1"}, "DIFFTUNE_SETTINGS='{search.budget: 1': a JSON object"),
+    ({"DIFFTUNE_SETTINGS": '{"search.budgett": 1}'}, "unknown setting 'budgett' of SearchConfig: one of"),
+    ({"DIFFTUNE_SETTINGS": '{"search.budget": "lots"}'}, "setting 'budget' must be of type int"),
+    ({"DIFFTUNE_PROFILE": "huge"}, "DIFFTUNE_PROFILE='huge': one of full, sample, smoke"),
+    ({"DIFFTUNE_PROFILE": "full"}, "DIFFTUNE_DATA_DIR='': the full profile's data: the full profile needs"),
+    ({"DIFFTUNE_PROFILE": "full", "DIFFTUNE_DATA_DIR": "/nonexistent"}, "/nonexistent holds none of ground_truth/"),
+    ({"DIFFTUNE_LOCK_TIMEOUT": "abc"}, "DIFFTUNE_LOCK_TIMEOUT='abc': seconds to wait for the warehouse, a number ≥ 0"),
+    ({"DIFFTUNE_LOCK_TIMEOUT": "-1"}, "DIFFTUNE_LOCK_TIMEOUT='-1': seconds to wait"),
+    ({"DIFFTUNE_TORCH_DEVICE": "cuda:7"}, "DIFFTUNE_TORCH_DEVICE='cuda:7' cannot be used here"),
+    ({"DIFFTUNE_TORCH_DEVICE": "meta"}, "DIFFTUNE_TORCH_DEVICE='meta' cannot be used here (a meta device holds no data)"),
+    ({"DIFFTUNE_TORCH_DEVICE": "gpu0"}, "DIFFTUNE_TORCH_DEVICE='gpu0' cannot be used here"),
+    ({"DIFFTUNE_COMPUTE": "banana"}, "DIFFTUNE_COMPUTE='banana': threads or ray"),
+    ({"DIFFTUNE_RAY_WORKERS": "-3"}, "DIFFTUNE_RAY_WORKERS='-3': a number of workers, 0 for one per free CPU"),
+    ({"DIFFTUNE_RAY_WORKERS": "²"}, "DIFFTUNE_RAY_WORKERS='²': a number of workers"),
+    ({"DIFFTUNE_SEARCH_HALVING": "yes"}, "DIFFTUNE_SEARCH_HALVING='yes': 1 to let the search halve"),
+    ({"DIFFTUNE_TUNER": "fast"}, "DIFFTUNE_TUNER='fast': unknown tuner 'fast'"),
+    (
+        {"DIFFTUNE_COMPUTE": "ray", "RAY_ADDRESS": "127.0.0.1:{port}"},
+        "RAY_ADDRESS='127.0.0.1:{port}': no Ray cluster answered within 5 s",
+    ),
+    ({"DIFFTUNE_COMPUTE": "ray", "RAY_ADDRESS": "nowhere"}, "RAY_ADDRESS='nowhere': a Ray cluster's HOST:PORT"),
+]
+
+
+@pytest.fixture
+def quiet_env(tmp_path, monkeypatch):
+    """No setting of the caller's, a warehouse that exists, and its bytes."""
+    for var in VARIABLES:
+        monkeypatch.delenv(var, raising=False)
+    db = tmp_path / "w.duckdb"
+    store.connect(db).close()
+    monkeypatch.setenv("DIFFTUNE_WAREHOUSE", str(db))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    return db
+
+
+def _digest(folder: Path) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("env, message", CASES)
+def test_a_bad_setting_is_one_line_and_exit_2_before_any_work(quiet_env, monkeypatch, env, message):
+    port = _closed_port()
+    for var, value in env.items():
+        monkeypatch.setenv(var, value.replace("{port}", str(port)))
+    before = _digest(quiet_env.parent)
+    t0 = time.monotonic()
+    result = runner.invoke(app, ["materialize"])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert message.replace("{port}", str(port)) in lines[0]
+    assert time.monotonic() - t0 < 30  # an address that never answers is given up on
+    assert _digest(quiet_env.parent) == before  # nothing written: no warehouse change, no instance, no log
+
+
+def test_a_selection_that_matches_nothing_lists_the_assets(quiet_env):
+    before = _digest(quiet_env.parent)
+    result = runner.invoke(app, ["materialize", "--select", "key:nonexistent"])
+    assert result.exit_code == 2, result.output
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("error:")]
+    assert "--select 'key:nonexistent' matches no asset; the assets: " in line
+    assert "evaluation" in line and "learned_params" in line and "simulations" in line
+    garbled = runner.invoke(app, ["materialize", "--select", "learned_params evaluation"])
+    assert garbled.exit_code == 2 and "is not an asset selection" in garbled.stderr
+    assert _digest(quiet_env.parent) == before
+
+
+def test_the_real_command_says_one_line(tmp_path):
+    """The installed command, in a process of its own: nothing but the line reaches the terminal."""
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES and k != "DAGSTER_HOME"}
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "difftune"), "materialize"],
+        env={**env, "DIFFTUNE_PROFILE": "huge", "DIFFTUNE_WAREHOUSE": str(tmp_path / "w.duckdb")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == "error: DIFFTUNE_PROFILE='huge': one of full, sample, smoke\n"
+    assert not list(tmp_path.iterdir())
+
+
+def test_ray_is_reached_only_when_there_is_something_to_simulate():
+    """Choosing Ray builds an engine without connecting: a run with nothing to simulate never reaches a cluster."""
+    probe = (
+        "import ray\n"
+        "from difftune_pipeline.defs.resources import Compute\n"
+        "engine = Compute(backend='ray').engine('haswell')\n"
+        "print(ray.is_initialized(), engine.mcpu)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "False haswell"
