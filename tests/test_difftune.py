@@ -1,6 +1,11 @@
 """DiffTune steps end to end on the sample, idempotence, and resumable simulations."""
 
+import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -188,22 +193,45 @@ def test_interrupted_simulation_resumes_without_loss_or_duplicates(ctx, warehous
     assert dupes.item() == 0
 
 
+def _materialize(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """``difftune materialize`` in a process of its own, on the smoke profile."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIFFTUNE_")}
+    env |= {"DAGSTER_HOME": str(tmp_path / "home"), "DIFFTUNE_WAREHOUSE": str(tmp_path / "w.duckdb")}
+    env |= {"DIFFTUNE_PROFILE": "smoke", "COLUMNS": "100"}
+    command = [str(Path(sys.executable).parent / "difftune"), "materialize", *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200, cwd=tmp_path)
+
+
 @pytest.mark.browser
 def test_materialise_the_whole_graph_with_the_cli(tmp_path, monkeypatch):
+    run = _materialize(tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    # Quiet: progress and the results, not Dagster's log, which is in the file named first.
+    shown = run.stderr.splitlines() + run.stdout.splitlines()
+    assert len(shown) <= 40, shown
+    assert " - dagster - " not in run.stderr and "STEP_SUCCESS" not in run.stderr
+    assert "✓ simulations (4 partitions)" in run.stderr and "✓ evaluation" in run.stderr
+    log = Path(run.stderr.splitlines()[0].split("Dagster's log: ")[1].split("  ")[0])
+    assert log.parent == tmp_path / "logs" and "RUN_SUCCESS" in log.read_text()
+    assert "Results on the test split" in run.stdout and re.search(r"haswell +2,000 .*extended", run.stdout)
+    assert re.search(r"(\d+\.\d% / 0\.\d\d.*){3}", run.stdout), run.stdout  # llvm-mca, default, learned
+    assert ".venv/bin/difftune report" in run.stdout or "difftune report" in run.stdout
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
-    (tmp_path / "home").mkdir()
     monkeypatch.setenv("DIFFTUNE_WAREHOUSE", str(tmp_path / "w.duckdb"))
-    monkeypatch.setenv("DIFFTUNE_PROFILE", "smoke")
     runner = CliRunner()
-    result = runner.invoke(app, ["materialize"])
-    assert result.exit_code == 0, result.output
-    assert "evaluation" in result.output and "simulations [shard-3|haswell]" in result.output
+    summary = json.loads(runner.invoke(app, ["results", "--json"]).stdout)
+    (haswell,) = summary["uarchs"]
+    ids = {haswell[t]["table_id"] for t in ("llvm_mca", "default", "learned")}
+    assert haswell["model"] == "extended" and len(ids) == 3
+    assert all(0 < haswell[t]["test_mape"] < 1 for t in ("llvm_mca", "default", "learned"))
+    assert haswell["llvm_mca"]["test_mape"] > haswell["default"]["test_mape"]  # llvm-mca as shipped: the worst
     evals = store.query("SELECT DISTINCT table_id FROM evaluations", tmp_path / "w.duckdb")
-    assert evals.height == 2
+    assert evals.height == 3
     with dg.DagsterInstance.get() as instance:
         mat = instance.get_latest_materialization_event(dg.AssetKey("evaluation"))
         meta = mat.asset_materialization.metadata
-        assert "test_default_mape_pct" in meta and meta["predicted_vs_measured"].value.startswith("![")
+        assert {"test_llvm_mca_mape_pct", "test_default_mape_pct", "test_learned_mape_pct"} <= set(meta)
+        assert meta["predicted_vs_measured"].value.startswith("![") and not meta["figures_reused"].value
         checks = {
             k.name: instance.event_log_storage.get_latest_asset_check_execution_by_key([k])[k].status.value
             for k in [
@@ -217,10 +245,23 @@ def test_materialise_the_whole_graph_with_the_cli(tmp_path, monkeypatch):
             ]
         }
         assert checks == dict.fromkeys(checks, "SUCCEEDED")
+    # Nothing changed: the second run redraws nothing and adds nothing.
+    tables = ("param_tables", "simulations", "surrogate_runs", "predictions", "evaluations", "comparisons")
+    counts = {t: _count(tmp_path / "w.duckdb", t) for t in tables}
+    figures = {p: p.stat().st_mtime_ns for p in (tmp_path / "reports").iterdir()}
+    again = _materialize(tmp_path, "-v")
+    assert again.returncode == 0, again.stderr
+    assert "STEP_SUCCESS" in again.stderr  # -v: Dagster's log on the terminal too
+    assert {t: _count(tmp_path / "w.duckdb", t) for t in tables} == counts
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "reports").iterdir()} == figures
+    with dg.DagsterInstance.get() as instance:
+        mat = instance.get_latest_materialization_event(dg.AssetKey("evaluation"))
+        assert mat.asset_materialization.metadata["figures_reused"].value
     report = runner.invoke(app, ["report", "--out", str(tmp_path / "r.html")])
     assert report.exit_code == 0, report.output
     html = (tmp_path / "r.html").read_text()
     assert "-mcpu=haswell" in html and "data:image/png;base64" in html and "ML workloads" in html
+    assert "llvm-mca as shipped" in html and "llvm_mca_mape_pct" in html
     # Why: the notable blocks explained, with their timelines and port pressure, in the report ...
     assert "Why: the blocks the learned table changed most" in html
     assert html.count('alt="timeline of ') >= 2 and 'alt="port pressure of ' in html

@@ -48,7 +48,10 @@ CASES = [
     ({"DIFFTUNE_LOCK_TIMEOUT": "abc"}, "DIFFTUNE_LOCK_TIMEOUT='abc': seconds to wait for the warehouse, a number ≥ 0"),
     ({"DIFFTUNE_LOCK_TIMEOUT": "-1"}, "DIFFTUNE_LOCK_TIMEOUT='-1': seconds to wait"),
     ({"DIFFTUNE_TORCH_DEVICE": "cuda:7"}, "DIFFTUNE_TORCH_DEVICE='cuda:7' cannot be used here"),
-    ({"DIFFTUNE_TORCH_DEVICE": "meta"}, "DIFFTUNE_TORCH_DEVICE='meta' cannot be used here (a meta device holds no data)"),
+    (
+        {"DIFFTUNE_TORCH_DEVICE": "meta"},
+        "DIFFTUNE_TORCH_DEVICE='meta' cannot be used here (a meta device holds no data)",
+    ),
     ({"DIFFTUNE_TORCH_DEVICE": "gpu0"}, "DIFFTUNE_TORCH_DEVICE='gpu0' cannot be used here"),
     ({"DIFFTUNE_COMPUTE": "banana"}, "DIFFTUNE_COMPUTE='banana': threads or ray"),
     ({"DIFFTUNE_RAY_WORKERS": "-3"}, "DIFFTUNE_RAY_WORKERS='-3': a number of workers, 0 for one per free CPU"),

@@ -293,6 +293,7 @@ def evaluation(
             )
         ),
         "top_changed_parameters": markdown(out["changed"]),
+        "figures_reused": out["figures_reused"],  # nothing redrawn when nothing changed
         **row_count(warehouse, "evaluations"),
     }
     if out["scatter"] is not None:

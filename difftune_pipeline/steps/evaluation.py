@@ -107,7 +107,8 @@ def evaluate_latest(ctx: StepContext) -> dict:
     model = "extended" if set(default.mechanisms) == set(extended.EXTENDED) else default.model
     key = fingerprint(tables, queries.measurement_totals(ctx.db, ctx.uarch), CODE_VERSIONS["evaluation"])
     figures = load_figures(ctx.db, ctx.uarch, key)
-    if figures is None:
+    reused = figures is not None
+    if not reused:
         figures = save_figures(
             ctx.db,
             ctx.uarch,
@@ -123,5 +124,6 @@ def evaluate_latest(ctx: StepContext) -> dict:
         "comparison": compare(evaluations, tables, worse),
         "worse": worse,
         "changed": changed_parameters(default, learned),
+        "figures_reused": reused,
         **figures,
     }
