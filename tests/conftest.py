@@ -58,3 +58,32 @@ def screenshots(out: Path, *args: str, env: dict | None = None) -> list[Path]:
     )
     assert run.returncode == 0, run.stdout + run.stderr
     return [Path(line.split(": ", 1)[1]) for line in run.stdout.splitlines() if line.endswith(".png")]
+
+
+def clean_env(root: Path) -> dict:
+    """The environment of a user in ``root``: none of the caller's pipeline settings, the instance of ``root``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIFFTUNE_") and k != "DAGSTER_HOME"}
+    return env | {"DAGSTER_HOME": str(root / ".dagster_home"), "COLUMNS": "100"}
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """``make run`` on the smoke profile in a scratch copy of the checkout (its
+    files linked, a warehouse and an instance of its own): the folder, and what
+    the run printed. The whole-graph and documentation tests read it."""
+    root = tmp_path_factory.mktemp("checkout")
+    for entry in ROOT.iterdir():
+        if entry.name not in {"warehouse", ".dagster_home", ".git", ".pytest_cache"}:
+            (root / entry.name).symlink_to(entry)
+    (root / "warehouse").mkdir()
+    env = {k: v for k, v in clean_env(root).items() if k != "DAGSTER_HOME"}  # make sets the checkout's
+    run = subprocess.run(
+        ["make", "run"],
+        cwd=root,
+        env=env | {"DIFFTUNE_PROFILE": "smoke"},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    return root, run

@@ -175,12 +175,12 @@ def test_report_needs_a_learned_table(cli_env, haswell):
     (cli_env / "m.csv").write_text("4801d8,100\n")
     ingest.ingest_measurements(cli_env / "m.csv", "haswell", cli_env / "w.duckdb", haswell)
     result = runner.invoke(app, ["report", "--out", str(cli_env / "r.html")])
-    assert result.exit_code == 2 and "no learned table" in result.output and not (cli_env / "r.html").exists()
+    assert result.exit_code == 2 and "no evaluation" in result.output and not (cli_env / "r.html").exists()
 
 
 def test_materialize_refuses_a_bad_selection(cli_env):
     result = runner.invoke(app, ["materialize", "--select", "learned_params evaluation"])
-    assert result.exit_code == 2 and "bad asset selection" in result.output
+    assert result.exit_code == 2 and "is not an asset selection" in result.output
 
 
 def test_materialize_narrows_to_a_uarch_and_says_when_it_has_nothing(cli_env, monkeypatch):

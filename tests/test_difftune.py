@@ -1,11 +1,9 @@
 """DiffTune steps end to end on the sample, idempotence, and resumable simulations."""
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import dagster as dg
@@ -13,7 +11,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import SAMPLE, screenshots
+from conftest import SAMPLE, clean_env, screenshots
 from difftune_pipeline import steps
 from difftune_pipeline.cli import app
 from difftune_pipeline.config import override, settings_for
@@ -193,31 +191,22 @@ def test_interrupted_simulation_resumes_without_loss_or_duplicates(ctx, warehous
     assert dupes.item() == 0
 
 
-def _materialize(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    """``difftune materialize`` in a process of its own, on the smoke profile."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DIFFTUNE_")}
-    env |= {"DAGSTER_HOME": str(tmp_path / "home"), "DIFFTUNE_WAREHOUSE": str(tmp_path / "w.duckdb")}
-    env |= {"DIFFTUNE_PROFILE": "smoke", "COLUMNS": "100"}
-    command = [str(Path(sys.executable).parent / "difftune"), "materialize", *args]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200, cwd=tmp_path)
-
-
 @pytest.mark.browser
-def test_materialise_the_whole_graph_with_the_cli(tmp_path, monkeypatch):
-    run = _materialize(tmp_path)
-    assert run.returncode == 0, run.stdout + run.stderr
+def test_materialise_the_whole_graph_with_the_cli(smoke_run, tmp_path, monkeypatch):
+    root, run = smoke_run  # `make run` on the smoke profile, in a checkout of its own
     # Quiet: progress and the results, not Dagster's log, which is in the file named first.
     shown = run.stderr.splitlines() + run.stdout.splitlines()
     assert len(shown) <= 40, shown
     assert " - dagster - " not in run.stderr and "STEP_SUCCESS" not in run.stderr
     assert "✓ simulations (4 partitions)" in run.stderr and "✓ evaluation" in run.stderr
-    log = Path(run.stderr.splitlines()[0].split("Dagster's log: ")[1].split("  ")[0])
-    assert log.parent == tmp_path / "logs" and "RUN_SUCCESS" in log.read_text()
+    log = root / run.stderr.splitlines()[0].split("Dagster's log: ")[1].split("  ")[0]
+    assert log.parent == root / "warehouse" / "logs" and "RUN_SUCCESS" in log.read_text()
     assert "Results on the test split" in run.stdout and re.search(r"haswell +2,000 .*extended", run.stdout)
     assert re.search(r"(\d+\.\d% / 0\.\d\d.*){3}", run.stdout), run.stdout  # llvm-mca, default, learned
-    assert ".venv/bin/difftune report" in run.stdout or "difftune report" in run.stdout
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("DIFFTUNE_WAREHOUSE", str(tmp_path / "w.duckdb"))
+    assert "    .venv/bin/difftune report\n" in run.stdout and "    make ui\n" in run.stdout
+    db = root / "warehouse" / "difftune.duckdb"
+    monkeypatch.setenv("DAGSTER_HOME", str(root / ".dagster_home"))
+    monkeypatch.setenv("DIFFTUNE_WAREHOUSE", str(db))
     runner = CliRunner()
     summary = json.loads(runner.invoke(app, ["results", "--json"]).stdout)
     (haswell,) = summary["uarchs"]
@@ -225,7 +214,7 @@ def test_materialise_the_whole_graph_with_the_cli(tmp_path, monkeypatch):
     assert haswell["model"] == "extended" and len(ids) == 3
     assert all(0 < haswell[t]["test_mape"] < 1 for t in ("llvm_mca", "default", "learned"))
     assert haswell["llvm_mca"]["test_mape"] > haswell["default"]["test_mape"]  # llvm-mca as shipped: the worst
-    evals = store.query("SELECT DISTINCT table_id FROM evaluations", tmp_path / "w.duckdb")
+    evals = store.query("SELECT DISTINCT table_id FROM evaluations", db)
     assert evals.height == 3
     with dg.DagsterInstance.get() as instance:
         mat = instance.get_latest_materialization_event(dg.AssetKey("evaluation"))
@@ -247,13 +236,20 @@ def test_materialise_the_whole_graph_with_the_cli(tmp_path, monkeypatch):
         assert checks == dict.fromkeys(checks, "SUCCEEDED")
     # Nothing changed: the second run redraws nothing and adds nothing.
     tables = ("param_tables", "simulations", "surrogate_runs", "predictions", "evaluations", "comparisons")
-    counts = {t: _count(tmp_path / "w.duckdb", t) for t in tables}
-    figures = {p: p.stat().st_mtime_ns for p in (tmp_path / "reports").iterdir()}
-    again = _materialize(tmp_path, "-v")
+    counts = {t: _count(db, t) for t in tables}
+    figures = {p: p.stat().st_mtime_ns for p in (root / "warehouse" / "reports").iterdir()}
+    again = subprocess.run(
+        [".venv/bin/difftune", "materialize", "-v"],
+        cwd=root,
+        env=clean_env(root) | {"DIFFTUNE_PROFILE": "smoke"},
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert again.returncode == 0, again.stderr
     assert "STEP_SUCCESS" in again.stderr  # -v: Dagster's log on the terminal too
-    assert {t: _count(tmp_path / "w.duckdb", t) for t in tables} == counts
-    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "reports").iterdir()} == figures
+    assert {t: _count(db, t) for t in tables} == counts
+    assert {p: p.stat().st_mtime_ns for p in (root / "warehouse" / "reports").iterdir()} == figures
     with dg.DagsterInstance.get() as instance:
         mat = instance.get_latest_materialization_event(dg.AssetKey("evaluation"))
         assert mat.asset_materialization.metadata["figures_reused"].value

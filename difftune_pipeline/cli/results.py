@@ -4,6 +4,7 @@ and where to go next."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -130,9 +131,13 @@ def _next_steps(db: Path, rows: list[dict]) -> list[tuple[str, str]]:
 
 
 def _program() -> str:
-    """How to call this command from here: ``.venv/bin/difftune`` inside the checkout, else ``difftune``."""
-    program = Path(sys.executable).parent / "difftune"
-    try:
-        return str(program.relative_to(Path.cwd()))
-    except ValueError:
+    """How this command was called, as the user can type it again here: ``.venv/bin/difftune``
+    inside the checkout, ``difftune`` when that is what the PATH finds."""
+    program = Path(sys.argv[0]).absolute()
+    if program.name != "difftune" or not program.exists():
         return "difftune"
+    try:
+        return str(program.relative_to(Path.cwd().absolute()))
+    except ValueError:
+        on_path = shutil.which("difftune")
+        return "difftune" if on_path and Path(on_path).absolute() == program else str(program)
