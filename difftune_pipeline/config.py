@@ -74,12 +74,12 @@ PROFILES: dict[str, dict[str, Any]] = {
         "search.budget": 192_000,
         # a log_scale unit away from LLVM's value (a halving) must buy 0.5 of
         # summed train error (50 points of one block's error), and the search may
-        # halve a value; it also starts again from LLVM's table (README: "A prior")
+        # halve a value; it also starts again from LLVM's table (docs/model.md: "A prior toward LLVM's values")
         "search.prior": 0.5,
         "search.halving": True,
         "tuner": "combined+direct",
         # then the direct search again from the better of the two, while val
-        # falls, four times at most (README: "Searching again")
+        # falls, four times at most (docs/model.md: "Searching again")
         "search.repeats": 4,
     },
 }

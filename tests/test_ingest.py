@@ -188,7 +188,8 @@ def test_tables_stored_before_the_failed_forwarding_penalty_load_with_its_defaul
     table = haswell.default_table().with_model(("memory",), "bhive")
     queries.save_table(con, "old", table, kind="imported")
     con.execute("DELETE FROM param_values WHERE param = 'store_forward_fail_penalty'")
-    con.execute("DELETE FROM schema_version WHERE version = ?", [len(schema.MIGRATIONS)])  # as 5 left it
+    penalty = next(i + 1 for i, ddl in enumerate(schema.MIGRATIONS) if "store_forward_fail_penalty" in ddl)
+    con.execute("DELETE FROM schema_version WHERE version >= ?", [penalty])  # as the version before it left it
     con.close()
     before = ParamTable.from_frame(
         table.to_frame().filter(pl.col("param") != "store_forward_fail_penalty"), "haswell", "19"

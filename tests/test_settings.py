@@ -3,6 +3,7 @@ variable, its value and what is accepted, exit status 2, the warehouse untouched
 
 import hashlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -137,3 +138,28 @@ def test_ray_is_reached_only_when_there_is_something_to_simulate():
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "False haswell"
+
+
+def test_without_dagster_home_the_projects_instance_is_used(tmp_path, monkeypatch):
+    """`difftune materialize` run directly, as the README shows: the project's instance, set up as make does."""
+    from difftune_pipeline import ui
+
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(ROOT / "dagster_instance.yaml", project)
+    monkeypatch.setattr(ui, "PROJECT", project)
+    monkeypatch.setenv("DAGSTER_HOME", "")  # recorded, so that the value the command sets is undone after
+    for var in (*VARIABLES, "DAGSTER_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("DIFFTUNE_PROFILE", "smoke")
+    monkeypatch.setenv("DIFFTUNE_WAREHOUSE", str(tmp_path / "w.duckdb"))
+    result = runner.invoke(app, ["materialize", "--select", "key:block_sources"])
+    assert result.exit_code == 0, result.output
+    assert "✓ block_sources" in result.stderr and "DagsterHomeNotSetError" not in result.output
+    home = project / ".dagster_home"
+    assert (home / "dagster.yaml").read_text() == (ROOT / "dagster_instance.yaml").read_text()
+    assert os.environ["DAGSTER_HOME"] == str(home)
+    import dagster as dg
+
+    with dg.DagsterInstance.get() as instance:
+        assert instance.get_latest_materialization_event(dg.AssetKey("block_sources")) is not None

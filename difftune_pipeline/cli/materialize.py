@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,9 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from difftune_pipeline import environment
 from difftune_pipeline.cli.common import USER_ERRORS, app, fail
-from difftune_pipeline.cli.results import show
 from difftune_pipeline.engine import CPUS, LLVM_VERSION
 
 # A step that failed for one of these failed because of where it ran (a full
@@ -56,6 +55,9 @@ def materialize(
     shard of its simulations). Shows progress, keeps Dagster's log in a file beside
     the warehouse, and ends with the results. Every setting is checked first.
     Runs left behind by a killed process are marked failed first and their pool slots freed."""
+    from difftune_pipeline import environment  # (torch, through the settings: only for this command)
+    from difftune_pipeline.cli.results import show
+
     try:
         environment.read(os.environ, probe=True)
     except USER_ERRORS as exc:
@@ -82,13 +84,26 @@ def materialize(
     with _captured(log_path, verbose) as terminal:
         screen = Console(file=terminal, highlight=False, soft_wrap=True)
         screen.print(f"[dim]Dagster's log: {escape(str(log_path))}{'' if verbose else '  (-v shows it here)'}[/dim]")
-        status = _run(graph, job, ordered, uarch, screen, verbose)
+        try:
+            status = _run(graph, job, ordered, uarch, screen, verbose)
+        except KeyboardInterrupt:
+            screen.print("[red]interrupted[/red]: what finished is kept; the next run goes on from there")
+            status = 130
+        except Exception as exc:  # outside any step (the instance, the warehouse): its trace goes to the log
+            traceback.print_exc()
+            screen.print(f"[red]failed:[/red] {escape(_root_message(exc))}")
+            status = 2 if isinstance(exc, USER_ERRORS) else 1
         if status:
             screen.print(f"[dim]the full log: {escape(str(log_path))}[/dim]")
             raise typer.Exit(status)
         screen.print(f"[green]done[/green] in {_elapsed(time.monotonic() - t0)}")
+    if not warehouse.exists():  # a selection that wrote nothing
+        return
     print()
-    show(warehouse, Console(highlight=False), uarchs=uarch or None)
+    try:
+        show(warehouse, Console(highlight=False), uarchs=uarch or None)
+    except USER_ERRORS as exc:
+        raise fail(exc) from None
 
 
 def _run(graph, job, ordered: list, uarchs: list[str] | None, screen: Console, verbose: bool) -> int:

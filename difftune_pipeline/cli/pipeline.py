@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -85,7 +86,13 @@ def ui(
     project's instance; waits until the pipeline has loaded, then serves until Ctrl-C."""
     import signal
 
+    from difftune_pipeline import environment
     from difftune_pipeline import ui as ui_
+
+    try:
+        environment.read(os.environ, probe=True)  # a bad setting is one line here, not a load error in the UI
+    except USER_ERRORS as exc:
+        raise fail(exc) from None
 
     def interrupt(*_):
         raise KeyboardInterrupt

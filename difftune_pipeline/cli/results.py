@@ -14,8 +14,6 @@ from rich.console import Console
 from rich.table import Table
 
 from difftune_pipeline.cli.common import USER_ERRORS, WarehouseOpt, app, fail, print_json
-from difftune_pipeline.reporting.compare import predicted_vs_measured
-from difftune_pipeline.reporting.explain import notable
 from difftune_pipeline.warehouse import DEFAULT_PATH, queries
 
 TABLES = {  # name -> column heading
@@ -104,6 +102,9 @@ def _figure(entry: dict) -> str:
 
 def _next_steps(db: Path, rows: list[dict]) -> list[tuple[str, str]]:
     """Commands to run next, on the first evaluated µarch (its most improved test block for ``explain``)."""
+    from difftune_pipeline.reporting.compare import predicted_vs_measured
+    from difftune_pipeline.reporting.explain import notable
+
     cli = _program()
     done = [r for r in rows if r["learned_id"] is not None]
     if not done:

@@ -75,7 +75,7 @@ PARAMETERS: dict[str, tuple[str, ...]] = {
 # What ``extended`` turns on. Move elimination is left out: measured on the
 # ``full`` Haswell test split, the pipeline's extended table scored 12.07% MAPE
 # with it and 10.32% without, and adding it to llvm-mca's learned table took
-# 12.57% to 13.03% (Ivy Bridge and Skylake: worse too). See the README.
+# 12.57% to 13.03% (Ivy Bridge and Skylake: worse too). See docs/results.md.
 EXTENDED = ("front_end", "memory", "stack_engine")
 HARNESSES = ("none", "bhive")  # "none": addresses by symbolic equality of address expressions
 PLAIN = "llvm-mca"

@@ -79,7 +79,7 @@ class Repeated:
     """A tuner run again from its own result while that lowers val, at most
     ``times`` runs. The direct search spends its budget in its first pass over
     the rows; a fresh run passes over every row again, from the errors the last
-    one left, and keeps finding moves (README: "Searching again")."""
+    one left, and keeps finding moves (docs/model.md: "Searching again")."""
 
     def __init__(self, tuner: Tuner, times: int):
         self.tuner, self.times, self.needs_surrogate = tuner, times, tuner.needs_surrogate

@@ -206,7 +206,7 @@ MIGRATIONS: list[str] = [
     """
     -- What each evaluation compared: llvm-mca as shipped (LLVM's table, llvm-mca's
     -- own model), LLVM's table under the model the pipeline chose, and the learned table.
-    CREATE TABLE comparisons (
+    CREATE TABLE IF NOT EXISTS comparisons (
         uarch      VARCHAR NOT NULL,
         llvm_mca_id VARCHAR NOT NULL,
         default_id VARCHAR NOT NULL,
@@ -216,7 +216,7 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (uarch, llvm_mca_id, default_id, learned_id)
     );
     -- The slices each evaluated block belongs to (all, app:…, ml:…, len:…, mem:…, bottleneck:…, fe:…).
-    CREATE TABLE block_slices (
+    CREATE TABLE IF NOT EXISTS block_slices (
         uarch      VARCHAR NOT NULL,
         block_id   VARCHAR NOT NULL,
         slice      VARCHAR NOT NULL,
