@@ -85,6 +85,10 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
+# The least value of a top-level field that a run can work with (the groups check their own).
+RANGES = {"tables_per_preset": 1, "blocks_per_table": 0, "shards": 1, "iterations": 1, "max_surrogate_heldout_mape": 0}
+
+
 def override(settings, changes: dict[str, Any]):
     """``settings`` with dotted fields replaced; a value must have its field's type
     (an int is accepted for a float, a list for a tuple)."""
@@ -138,6 +142,9 @@ def settings_for(profile: str, overrides: dict[str, Any] | None = None) -> Setti
     unknown = [p for p in settings.presets if p not in PRESETS]
     if unknown:
         raise ValueError(f"unknown sampling presets {unknown}: one of {PRESETS}")
+    for name, least in RANGES.items():
+        if getattr(settings, name) < least:
+            raise ValueError(f"setting {name!r} must be at least {least}, got {getattr(settings, name)!r}")
     return settings
 
 

@@ -129,3 +129,10 @@ def warehouse_path(env: Mapping[str, str] = os.environ) -> Path:
     from difftune_pipeline.warehouse import DEFAULT_PATH
 
     return Path(env.get("DIFFTUNE_WAREHOUSE") or DEFAULT_PATH)
+
+
+def inbox_path(env: Mapping[str, str] = os.environ) -> Path:
+    """Where new measurement batches are dropped: ``DIFFTUNE_INBOX``, else ``warehouse/inbox``."""
+    from difftune_pipeline.warehouse import DEFAULT_PATH
+
+    return Path(env.get("DIFFTUNE_INBOX") or DEFAULT_PATH.parent / "inbox")

@@ -201,7 +201,7 @@ def _layer(module: str) -> str | None:
     parts = module.split(".")
     if parts[0] != "difftune_pipeline" or len(parts) < 2:
         return None
-    name = {"quality": "model", "ui": "cli", "definitions": "defs"}.get(parts[1], parts[1])
+    name = {"quality": "model", "ui": "cli", "definitions": "defs", "environment": "config"}.get(parts[1], parts[1])
     return name if name in LAYERS else None
 
 

@@ -43,6 +43,8 @@ CASES = [
     ({"DIFFTUNE_SETTINGS": "{search.budget: 1"}, "DIFFTUNE_SETTINGS='{search.budget: 1': a JSON object"),
     ({"DIFFTUNE_SETTINGS": '{"search.budgett": 1}'}, "unknown setting 'budgett' of SearchConfig: one of"),
     ({"DIFFTUNE_SETTINGS": '{"search.budget": "lots"}'}, "setting 'budget' must be of type int"),
+    ({"DIFFTUNE_SETTINGS": '{"iterations": 0}'}, "setting 'iterations' must be at least 1, got 0"),
+    ({"DIFFTUNE_SETTINGS": '{"shards": -2}'}, "setting 'shards' must be at least 1, got -2"),
     ({"DIFFTUNE_PROFILE": "huge"}, "DIFFTUNE_PROFILE='huge': one of full, sample, smoke"),
     ({"DIFFTUNE_PROFILE": "full"}, "DIFFTUNE_DATA_DIR='': the full profile's data: the full profile needs"),
     ({"DIFFTUNE_PROFILE": "full", "DIFFTUNE_DATA_DIR": "/nonexistent"}, "/nonexistent holds none of ground_truth/"),

@@ -3,6 +3,8 @@ log in a file, one line for whatever stops it, and the results at the end."""
 
 from __future__ import annotations
 
+import atexit
+import codecs
 import contextlib
 import os
 import sys
@@ -35,6 +37,7 @@ ENVIRONMENT_ERRORS = {
     "SettingError",
     "OutOfMemoryException",
 }
+INTERRUPTS = {"KeyboardInterrupt", "DagsterExecutionInterruptedError"}
 FULL_DISK = "No space left on device"  # DuckDB reports it inside several exception types
 
 # Dagster's console log at its most detailed: it goes to the log file (or with -v the terminal too).
@@ -87,12 +90,12 @@ def materialize(
         try:
             status = _run(graph, job, ordered, uarch, screen, verbose)
         except KeyboardInterrupt:
-            screen.print("[red]interrupted[/red]: what finished is kept; the next run goes on from there")
-            status = 130
+            status = _interrupted(screen)
         except Exception as exc:  # outside any step (the instance, the warehouse): its trace goes to the log
             traceback.print_exc()
-            screen.print(f"[red]failed:[/red] {escape(_root_message(exc))}")
-            status = 2 if isinstance(exc, USER_ERRORS) else 1
+            message = _root_message(exc)
+            screen.print(f"[red]failed:[/red] {escape(message)}")
+            status = _status(type(_root(exc)).__name__, message)
         if status:
             screen.print(f"[dim]the full log: {escape(str(log_path))}[/dim]")
             raise typer.Exit(status)
@@ -204,17 +207,35 @@ def _failed(screen: Console, label: str, result) -> int:
     if root is None:
         screen.print(f"[red]failed:[/red] {label}")
         return 1
+    if root.cls_name in INTERRUPTS:  # Ctrl-C inside a step: Dagster records it as the step's failure
+        return _interrupted(screen)
     message = root.message.strip().splitlines()[0] if root.message.strip() else root.cls_name
     screen.print(f"[red]failed:[/red] {label}: {escape(message)}")
-    return 2 if root.cls_name in ENVIRONMENT_ERRORS or FULL_DISK in message else 1
+    return _status(root.cls_name, message)
+
+
+def _status(cls_name: str, message: str) -> int:
+    """2 when the machine is at fault (a full disk, a busy warehouse, a setting found wrong late), else 1."""
+    return 2 if cls_name in ENVIRONMENT_ERRORS or FULL_DISK in message else 1
+
+
+def _interrupted(screen: Console) -> int:
+    screen.print("[red]interrupted[/red]: what was committed is kept; the next run goes on from there")
+    return 130
+
+
+def _root(exc: BaseException) -> BaseException:
+    """The innermost cause: what a tree of wrapped errors comes down to."""
+    while exc.__cause__ is not None or (exc.__context__ is not None and not exc.__suppress_context__):
+        exc = exc.__cause__ or exc.__context__
+    return exc
 
 
 def _root_message(exc: BaseException) -> str:
-    """The innermost cause's first line: what a tree of wrapped errors comes down to."""
-    while exc.__cause__ is not None or (exc.__context__ is not None and not exc.__suppress_context__):
-        exc = exc.__cause__ or exc.__context__
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    """The innermost cause's first line."""
+    root = _root(exc)
+    text = str(root).strip()
+    return text.splitlines()[0] if text else type(root).__name__
 
 
 def _elapsed(seconds: float) -> str:
@@ -232,6 +253,8 @@ def _progress(screen: Console, disable: bool) -> Progress:
         console=screen,
         transient=True,
         disable=disable,
+        redirect_stdout=False,  # what the runs print belongs in the log, not above the bar
+        redirect_stderr=False,
     )
 
 
@@ -243,7 +266,7 @@ def _captured(path: Path, verbose: bool):
     stream, for progress and results."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-    terminal = _terminal()
+    terminal, own_terminal = _terminal()
     log = open(path, "ab", buffering=0)
     copier = None
     if verbose:
@@ -261,6 +284,8 @@ def _captured(path: Path, verbose: bool):
         sys.stdout = sys.stderr = stream
         yield terminal
     finally:
+        with contextlib.suppress(OSError):
+            stream.flush()
         sys.stdout, sys.stderr = previous
         for fd, copy in saved.items():
             os.dup2(copy, fd)
@@ -274,27 +299,44 @@ def _captured(path: Path, verbose: bool):
             with contextlib.suppress(OSError):
                 log.close()
         terminal.flush()
+        if own_terminal and copier is not None and copier.is_alive():
+            atexit.register(terminal.close)  # the copier writes on while Ray's processes hold the pipe
+        elif own_terminal:
+            terminal.close()
 
 
 def _terminal():
-    """Where the user sees output: a copy of the real stderr (its descriptor is about
-    to point at the log), or the stream that stands in for it (in tests)."""
+    """(stream, whether it is ours to close): where the user sees output, a copy of the
+    real stderr (its descriptor is about to point at the log), or the stream that
+    stands in for it (in tests)."""
     try:
         if sys.stderr.fileno() == 2:
-            return open(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+            return open(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace"), True
     except (AttributeError, OSError, ValueError):
         pass
-    return sys.stderr
+    return sys.stderr, False
 
 
 def _tee(read_end: int, log, terminal) -> None:
-    """Copy what the runs write to the log file and the terminal until every writer closed the pipe."""
+    """Copy what the runs write to the log file and the terminal until every writer
+    closed the pipe. A sink that fails (a full disk, a closed terminal) is dropped;
+    the pipe is still drained, so a writer never blocks or breaks on it."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span two chunks
+    sinks = {"log": log, "terminal": terminal}
     with open(read_end, "rb", buffering=0) as pipe:
         while chunk := pipe.read(65536):
-            log.write(chunk)
-            terminal.write(chunk.decode("utf-8", errors="replace"))
-            terminal.flush()
-    log.close()
+            text = decoder.decode(chunk)
+            for name, sink in list(sinks.items()):
+                try:
+                    if name == "log":
+                        sink.write(chunk)
+                    else:
+                        sink.write(text)
+                        sink.flush()
+                except (OSError, ValueError):
+                    del sinks[name]
+    with contextlib.suppress(OSError):
+        log.close()
 
 
 def _groups(graph, ordered: list) -> list[tuple[list, object]]:

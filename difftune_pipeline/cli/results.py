@@ -117,7 +117,7 @@ def _next_steps(db: Path, rows: list[dict]) -> list[tuple[str, str]]:
         hex_ = predicted.filter(predicted["block_id"] == cases["improved most"])["hex"][0]
         steps.append(
             (
-                f"{cli} explain --mcpu {uarch} --hex {hex_} --table learned --against default",
+                f"{cli} explain --mcpu {uarch} --hex {hex_} --table learned --against {done[0]['default_id']}",
                 "why the test block the learned table improved most costs what it costs",
             )
         )

@@ -25,7 +25,7 @@ from difftune_pipeline.engine import Engine
 from difftune_pipeline.engine.ray_engine import RayEngine, WorkerPool
 from difftune_pipeline.warehouse import DEFAULT_PATH
 
-DEFAULT_INBOX = DEFAULT_PATH.parent / "inbox"
+DEFAULT_INBOX = environment.inbox_path({})
 
 
 class MeasurementFile(dg.Config):
@@ -151,6 +151,6 @@ def resources() -> dg.Definitions:
             "compute": compute_from_env(),
             "sources": DataSources.for_profile(settings.profile, os.environ.get("DIFFTUNE_DATA_DIR")),
             "settings": settings,
-            "inbox": Inbox(path=os.environ.get("DIFFTUNE_INBOX", str(DEFAULT_INBOX))),
+            "inbox": Inbox(path=str(environment.inbox_path())),
         }
     )

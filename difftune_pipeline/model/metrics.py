@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import zlib
 
 import numpy as np
 import polars as pl
@@ -126,12 +127,12 @@ def worse_slices(
     per-block difference (blocks resampled) lies above zero. Columns: slice, n,
     difference, low, high, holds (seeded: the same inputs give the same verdicts)."""
     joined = errors.join(memberships, on="block_id").sort(["slice", "block_id"])
-    rng = np.random.default_rng(seed)
     rows = []
     for (slice_,), group in joined.group_by(["slice"], maintain_order=True):
         d = (group["new_error"] - group["base_error"]).to_numpy()
         low = high = float("nan")
         if d.size >= min_blocks:
+            rng = np.random.default_rng([seed, zlib.crc32(slice_.encode())])  # a slice's draws are its own
             means = d[rng.integers(0, d.size, size=(BOOTSTRAP_RESAMPLES, d.size))].mean(axis=1)
             low, high = (float(q) for q in np.quantile(means, [0.025, 0.975]))
         rows.append(

@@ -8,33 +8,42 @@ import polars as pl
 
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.engine.table import diff
+from difftune_pipeline.model.metrics import MIN_SLICE_BLOCKS, worse_slices
 from difftune_pipeline.warehouse import queries
 
 
-def compare(evaluations: pl.DataFrame, tables: dict[str, str], worse: pl.DataFrame | None = None) -> pl.DataFrame:
-    """The tables side by side per (split, slice): n, then each table's MAPE and
-    Kendall tau (``{name: table_id}``, columns ``<name>_mape``, ``<name>_tau`` with
-    ``-`` as ``_``). With ``worse`` (``metrics.worse_slices`` of the learned table
-    against the default on test): ``worse``, the learned table is worse there by
-    more than noise, and ``worse_within_noise``, its MAPE is higher but not by a
-    difference that holds up."""
-    out = None
+def compare(evaluations: pl.DataFrame, tables: dict[str, str], worse: pl.DataFrame) -> pl.DataFrame:
+    """The tables side by side per (split, slice) of the learned table's evaluation:
+    n, then each table's MAPE and Kendall tau (``{name: table_id}``, columns
+    ``<name>_mape``, ``<name>_tau`` with ``-`` as ``_``); ``worse`` (from
+    ``metrics.worse_slices`` of the learned table against the default on test): the
+    learned table is worse there by more than noise; ``worse_within_noise``: its MAPE
+    is higher, but not by a difference that holds up."""
+    out = evaluations.filter(pl.col("table_id") == tables["learned"]).select("split", "slice", "n")
     for name, table_id in tables.items():
         col = name.replace("-", "_")
         part = evaluations.filter(pl.col("table_id") == table_id).select(
-            "split", "slice", "n", pl.col("mape").alias(f"{col}_mape"), pl.col("kendall_tau").alias(f"{col}_tau")
+            "split", "slice", pl.col("mape").alias(f"{col}_mape"), pl.col("kendall_tau").alias(f"{col}_tau")
         )
-        out = part if out is None else out.join(part.drop("n"), on=["split", "slice"], how="left")
-    higher = pl.col("learned_mape") > pl.col("default_mape") + 1e-12
-    if worse is None:
-        return out.with_columns(higher.alias("worse")).sort(["split", "slice"])
+        out = out.join(part, on=["split", "slice"], how="left")
     holds = worse.filter(pl.col("holds")).select("slice", pl.lit("test").alias("split"), pl.lit(True).alias("worse"))
+    higher = pl.col("learned_mape") > pl.col("default_mape") + 1e-12
     return (
         out.join(holds, on=["split", "slice"], how="left")
         .with_columns(pl.col("worse").fill_null(False))
         .with_columns((higher & ~pl.col("worse") & (pl.col("split") == "test")).alias("worse_within_noise"))
         .sort(["split", "slice"])
     )
+
+
+def three_tables(
+    db, uarch: str, tables: dict[str, str], evaluations: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(``predicted_vs_measured`` of the test split, ``compare`` of the tables with the
+    slices the learned table makes worse than the default by more than noise)."""
+    predicted = predicted_vs_measured(db, uarch, tables)
+    worse = worse_slices(errors(predicted, "default", "learned"), queries.block_slices(db, uarch))
+    return predicted, compare(evaluations, tables, worse)
 
 
 def worse_summary(comparison: pl.DataFrame) -> str:
@@ -47,7 +56,7 @@ def worse_summary(comparison: pl.DataFrame) -> str:
     if noise:
         text += (
             f"; {noise} other slice{'s' if noise > 1 else ''} worse only within noise "
-            "(fewer than 20 blocks, or a bootstrap 95% interval that includes no change)"
+            f"(fewer than {MIN_SLICE_BLOCKS} blocks, or a bootstrap 95% interval that includes no change)"
         )
     return text
 

@@ -16,13 +16,11 @@ from pathlib import Path
 import polars as pl
 
 from difftune_pipeline.engine import Engine, ParamTable
-from difftune_pipeline.model.metrics import MIN_SLICE_BLOCKS, worse_slices
+from difftune_pipeline.model.metrics import MIN_SLICE_BLOCKS
 from difftune_pipeline.reporting import plots
 from difftune_pipeline.reporting.compare import (
     changed_parameters,
-    compare,
-    errors,
-    predicted_vs_measured,
+    three_tables,
     worse_summary,
 )
 from difftune_pipeline.reporting.explain import change_text, explain, notable
@@ -66,9 +64,7 @@ def uarch_section(db, row: dict) -> str:
     evals = queries.evaluations(db, uarch, list(tables.values()))
     if row["learned_id"] is None or evals.is_empty():
         return f"<h2>{html.escape(uarch)}</h2><p>Not evaluated yet: materialise <code>evaluation</code>.</p>"
-    predicted = predicted_vs_measured(db, uarch, tables)
-    worse = worse_slices(errors(predicted, "default", "learned"), queries.block_slices(db, uarch))
-    comparison = compare(evals, tables, worse)
+    predicted, comparison = three_tables(db, uarch, tables, evals)
     table = _pct(comparison)
     test = table.filter(pl.col("split") == "test")
     ml = test.filter(pl.col("slice").str.starts_with("ml:")).with_columns(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import polars as pl
 
 from difftune_pipeline.engine import extended
-from difftune_pipeline.model.metrics import metrics_by_slice, slices, worse_slices
-from difftune_pipeline.reporting.compare import changed_parameters, compare, errors, predicted_vs_measured
+from difftune_pipeline.model.metrics import metrics_by_slice, slices
+from difftune_pipeline.reporting.compare import changed_parameters, three_tables
 from difftune_pipeline.reporting.report import explained_blocks, load_figures, save_figures, scatter_png
 from difftune_pipeline.steps.context import CODE_VERSIONS, StepContext, fingerprint
 from difftune_pipeline.warehouse import insert_new, queries, writer
@@ -101,8 +101,7 @@ def evaluate_latest(ctx: StepContext) -> dict:
     with writer(ctx.db) as con:
         queries.save_table(con, llvm_id, llvm, kind="baseline", note="llvm-mca as shipped: LLVM's table and model")
     evaluations = evaluate(ctx, list(dict.fromkeys(tables.values())))
-    predicted = predicted_vs_measured(ctx.db, ctx.uarch, tables)
-    worse = worse_slices(errors(predicted, "default", "learned"), queries.block_slices(ctx.db, ctx.uarch))
+    predicted, comparison = three_tables(ctx.db, ctx.uarch, tables, evaluations)
     learned = queries.load_table(ctx.db, learned_id)
     model = "extended" if set(default.mechanisms) == set(extended.EXTENDED) else default.model
     key = fingerprint(tables, queries.measurement_totals(ctx.db, ctx.uarch), CODE_VERSIONS["evaluation"])
@@ -121,8 +120,7 @@ def evaluate_latest(ctx: StepContext) -> dict:
     return {
         "tables": tables,
         "model": model,
-        "comparison": compare(evaluations, tables, worse),
-        "worse": worse,
+        "comparison": comparison,
         "changed": changed_parameters(default, learned),
         "figures_reused": reused,
         **figures,

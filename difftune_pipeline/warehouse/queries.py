@@ -336,15 +336,6 @@ def latest_learned(db: Db, mcpu: str) -> str | None:
     return None if rows.is_empty() else rows["table_id"][0]
 
 
-def latest_learned_per_mcpu(db: Db) -> pl.DataFrame:
-    """mcpu, table_id and parent_id (the default it started from) of each µarch's newest learned table."""
-    return query(
-        "SELECT mcpu, table_id, parent_id FROM param_tables WHERE kind = 'learned' "
-        "QUALIFY row_number() OVER (PARTITION BY mcpu ORDER BY created_at DESC) = 1 ORDER BY mcpu",
-        db,
-    )
-
-
 def learned_through(db: Db, mcpu: str, surrogate_run_id: str) -> dict:
     """table_id and note of the newest table learned through a surrogate run."""
     rows = query(
@@ -551,6 +542,8 @@ def record_comparison(
 
 
 def save_block_slices(con: duckdb.DuckDBPyConnection, uarch: str, memberships: pl.DataFrame) -> int:
+    """The µarch's slice memberships, replacing the last ones (a new default table moves blocks between slices)."""
+    con.execute("DELETE FROM block_slices WHERE uarch = ?", [uarch])
     return insert_new(
         con, "block_slices", memberships.with_columns(pl.lit(uarch).alias("uarch")), ["uarch", "block_id", "slice"]
     )
