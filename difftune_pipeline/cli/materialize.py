@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Column
 
 from difftune_pipeline.cli.common import USER_ERRORS, app, fail
 from difftune_pipeline.engine import CPUS, LLVM_VERSION
@@ -85,7 +86,7 @@ def materialize(
         raise fail(OSError(f"cannot write the run's log beside the warehouse {warehouse}: {exc}")) from None
     t0 = time.monotonic()
     with _captured(log_path, verbose) as terminal:
-        screen = Console(file=terminal, highlight=False, soft_wrap=True)
+        screen = Console(file=terminal, highlight=False)  # (wrapped by rich: a live bar must know its height)
         screen.print(f"[dim]Dagster's log: {escape(str(log_path))}{'' if verbose else '  (-v shows it here)'}[/dim]")
         try:
             status = _run(graph, job, ordered, uarch, screen, verbose)
@@ -245,7 +246,7 @@ def _elapsed(seconds: float) -> str:
 def _progress(screen: Console, disable: bool) -> Progress:
     return Progress(
         SpinnerColumn(),
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
         BarColumn(bar_width=20),
         MofNCompleteColumn(),
         TextColumn("runs"),
