@@ -86,7 +86,9 @@ def materialize(
         raise fail(OSError(f"cannot write the run's log beside the warehouse {warehouse}: {exc}")) from None
     t0 = time.monotonic()
     with _captured(log_path, verbose) as terminal:
-        screen = Console(file=terminal, highlight=False)  # (wrapped by rich: a live bar must know its height)
+        # Lines are printed whole (a path or a reason stays one line to copy); the live bar
+        # is cut to the width (its description ends in an ellipsis), so its height is known.
+        screen = Console(file=terminal, highlight=False, soft_wrap=True)
         screen.print(f"[dim]Dagster's log: {escape(str(log_path))}{'' if verbose else '  (-v shows it here)'}[/dim]")
         try:
             status = _run(graph, job, ordered, uarch, screen, verbose)
