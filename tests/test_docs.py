@@ -54,7 +54,9 @@ def test_every_command_in_the_docs_runs(smoke_run, page):
     for lang, code in blocks(page):
         if lang == "sh":
             for command in commands(code):
-                if skipped(command):
+                if skipped(command):  # not run here, but what it names must exist
+                    for script in re.findall(r"\b(?:bench|tests)/\S+\.py\b", command):
+                        assert (ROOT / script).exists(), f"{page.name}: {command} names {script}"
                     continue
                 run = subprocess.run(
                     ["bash", "-c", command], cwd=root, env=env, capture_output=True, text=True, timeout=600
