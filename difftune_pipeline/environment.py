@@ -23,26 +23,21 @@ SHORTCUTS = {"DIFFTUNE_SURROGATE": "surrogate_model", "DIFFTUNE_TUNER": "tuner",
 
 
 class SettingError(ValueError):
-    """A variable of the environment that cannot be used."""
-
-    def __init__(self, variable: str, message: str):
-        self.variable = variable
-        super().__init__(message)
+    """A variable of the environment that cannot be used; the message names it."""
 
 
 def _refused(variable: str, value: str, accepted: str) -> SettingError:
-    return SettingError(variable, f"{variable}={value!r}: {accepted}")
+    return SettingError(f"{variable}={value!r}: {accepted}")
 
 
 @dataclass(frozen=True)
 class Environment:
+    """What the Dagster resources are built from."""
+
     profile: str
     overrides: dict[str, Any]  # dotted settings fields, DIFFTUNE_SETTINGS and the shortcuts together
-    settings: config.Settings
-    data_dir: str | None
     compute: str
     ray_workers: int
-    ray_address: str
 
 
 def read(env: Mapping[str, str] = os.environ, *, probe: bool = False) -> Environment:
@@ -81,20 +76,11 @@ def read(env: Mapping[str, str] = os.environ, *, probe: bool = False) -> Environ
     workers = env.get("DIFFTUNE_RAY_WORKERS") or "0"
     if not re.fullmatch(r"[0-9]{1,6}", workers):
         raise _refused("DIFFTUNE_RAY_WORKERS", workers, "a number of workers, 0 for one per free CPU")
-    address = env.get("RAY_ADDRESS", "")
     if probe:
         torch_device(env.get("DIFFTUNE_TORCH_DEVICE", ""))
         if compute == "ray":
-            probe_ray(address)
-    return Environment(
-        profile=profile,
-        overrides=overrides,
-        settings=config.settings_for(profile, overrides),
-        data_dir=data_dir,
-        compute=compute,
-        ray_workers=int(workers),
-        ray_address=address,
-    )
+            probe_ray(env.get("RAY_ADDRESS", ""))
+    return Environment(profile=profile, overrides=overrides, compute=compute, ray_workers=int(workers))
 
 
 def _lock_timeout(value: str) -> float:
@@ -103,7 +89,7 @@ def _lock_timeout(value: str) -> float:
     try:
         return lock_timeout(value)
     except ValueError as exc:
-        raise SettingError("DIFFTUNE_LOCK_TIMEOUT", str(exc)) from None
+        raise SettingError(str(exc)) from None
 
 
 def torch_device(name: str):
@@ -113,7 +99,7 @@ def torch_device(name: str):
     try:
         return training_device(name)
     except ValueError as exc:
-        raise SettingError("DIFFTUNE_TORCH_DEVICE", str(exc)) from None
+        raise SettingError(str(exc)) from None
 
 
 def probe_ray(address: str) -> None:
@@ -122,7 +108,7 @@ def probe_ray(address: str) -> None:
     try:
         probe(address)
     except ConnectionError as exc:
-        raise SettingError("RAY_ADDRESS", str(exc)) from None
+        raise SettingError(str(exc)) from None
 
 
 def warehouse_path(env: Mapping[str, str] = os.environ) -> Path:
