@@ -13,8 +13,8 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 # Lines a test cannot run, each with why.
 SKIPPED = {
-    r"\.\./shared/": "BHive's full data, beside the checkout (benchmarks and full runs)",
-    r"warehouse/(full|once)\.duckdb": "a warehouse the full profile filled from ../shared/data",
+    r"\$BHIVE_DATA": "BHive's full data, which the repository does not ship (benchmarks and full runs)",
+    r"warehouse/(full|once)\.duckdb": "a warehouse the full profile filled from $BHIVE_DATA",
     r"^make ui\b|^\.venv/bin/difftune ui\b": "a server that runs until stopped (tests/test_ui.py starts it)",
     r"^make test": "this test suite itself",
     r"^make (bench|screenshots)\b": "the benchmarks and the browser check, minutes each",
