@@ -39,7 +39,6 @@ ENVIRONMENT_ERRORS = {
     "OutOfMemoryException",
 }
 INTERRUPTS = {"KeyboardInterrupt", "DagsterExecutionInterruptedError"}
-FULL_DISK = "No space left on device"  # DuckDB reports it inside several exception types
 
 # Dagster's console log at its most detailed: it goes to the log file (or with -v the terminal too).
 EVERY_EVENT = {"loggers": {"console": {"config": {"log_level": "DEBUG"}}}}
@@ -98,7 +97,7 @@ def materialize(
             traceback.print_exc()
             message = _root_message(exc)
             screen.print(f"[red]failed:[/red] {escape(message)}")
-            status = _status(type(_root(exc)).__name__, message)
+            status = _status(type(_root(exc)).__name__)
         if status:
             screen.print(f"[dim]the full log: {escape(str(log_path))}[/dim]")
             raise typer.Exit(status)
@@ -214,12 +213,12 @@ def _failed(screen: Console, label: str, result) -> int:
         return _interrupted(screen)
     message = root.message.strip().splitlines()[0] if root.message.strip() else root.cls_name
     screen.print(f"[red]failed:[/red] {label}: {escape(message)}")
-    return _status(root.cls_name, message)
+    return _status(root.cls_name)
 
 
-def _status(cls_name: str, message: str) -> int:
+def _status(cls_name: str) -> int:
     """2 when the machine is at fault (a full disk, a busy warehouse, a setting found wrong late), else 1."""
-    return 2 if cls_name in ENVIRONMENT_ERRORS or FULL_DISK in message else 1
+    return 2 if cls_name in ENVIRONMENT_ERRORS else 1
 
 
 def _interrupted(screen: Console) -> int:

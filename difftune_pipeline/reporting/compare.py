@@ -51,7 +51,7 @@ def worse_summary(comparison: pl.DataFrame) -> str:
     and how many others are worse only within noise."""
     test = comparison.filter(pl.col("split") == "test")
     worse = test.filter(pl.col("worse"))["slice"].to_list()
-    noise = test.filter(pl.col("worse_within_noise")).height if "worse_within_noise" in test.columns else 0
+    noise = test.filter(pl.col("worse_within_noise")).height
     text = ", ".join(worse) if worse else "none"
     if noise:
         text += (

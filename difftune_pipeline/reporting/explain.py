@@ -17,6 +17,7 @@ from difftune_pipeline.engine import DEFAULT_ITERATIONS, DEFAULT_SHOWN, Engine, 
 from difftune_pipeline.engine.table import GLOBAL_ROW, diff
 from difftune_pipeline.engine.trace import TimelineEntry, last_cycle
 from difftune_pipeline.model.features import block_features
+from difftune_pipeline.reporting.compare import errors
 
 # Colours of the wait causes, in the terminal and in the figures; any dispatch
 # stall (before the instruction entered the back end) is drawn in STALL_COLOUR.
@@ -229,18 +230,15 @@ def notable(frame: pl.DataFrame) -> list[tuple[str, str]]:
     """(case, block_id): the block the learned table improved most, the one it
     made worse most (if any got worse) and the worst that remains. ``frame`` has
     block_id, measured, default and learned (cycles per 100 iterations)."""
-    scored = frame.drop_nulls(["default", "learned"]).with_columns(
-        ((pl.col("default") - pl.col("measured")).abs() / pl.col("measured")).alias("default_error"),
-        ((pl.col("learned") - pl.col("measured")).abs() / pl.col("measured")).alias("learned_error"),
-    )
+    scored = errors(frame, "default", "learned")
     if scored.is_empty():
         return []
-    gain = scored.with_columns((pl.col("default_error") - pl.col("learned_error")).alias("gain")).sort("block_id")
+    gain = scored.with_columns((pl.col("base_error") - pl.col("new_error")).alias("gain")).sort("block_id")
     out = [("improved most", gain.sort("gain", descending=True, maintain_order=True)["block_id"][0])]
     worst = gain.sort("gain", maintain_order=True).row(0, named=True)
     if worst["gain"] < 0:
         out.append(("worsened most", worst["block_id"]))
     rest = gain.filter(~pl.col("block_id").is_in([b for _, b in out]))
     if rest.height:
-        out.append(("worst remaining", rest.sort("learned_error", descending=True, maintain_order=True)["block_id"][0]))
+        out.append(("worst remaining", rest.sort("new_error", descending=True, maintain_order=True)["block_id"][0]))
     return out

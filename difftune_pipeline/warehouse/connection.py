@@ -13,6 +13,7 @@ databases, no extensions, no settings changes, so a query can never write.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import random
@@ -157,9 +158,12 @@ def writer(path: str | Path = DEFAULT_PATH) -> Iterator[duckdb.DuckDBPyConnectio
         try:
             yield con
             con.execute("COMMIT")
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(duckdb.Error):  # a COMMIT that failed (a full disk) has ended it already
                 con.execute("ROLLBACK")
+            if isinstance(exc, duckdb.Error) and os.strerror(errno.ENOSPC) in str(exc):
+                # DuckDB reports a full disk inside whichever of its errors hit it: say it as the OSError it is
+                raise OSError(errno.ENOSPC, f"the disk holding the warehouse {path} is full: {exc}") from None
             raise
     finally:
         con.close()
