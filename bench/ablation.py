@@ -32,7 +32,7 @@ from difftune_pipeline.engine import Engine, ParamTable
 from difftune_pipeline.engine.extended import EXTENDED, MECHANISMS
 from difftune_pipeline.model.metrics import kendall_tau, mape, signed_error
 from difftune_pipeline.tuners.search import SearchConfig, search
-from difftune_pipeline.warehouse import queries
+from difftune_pipeline.warehouse import connection, evaluation, ingestion, tables
 
 SPLITS = ("train", "val", "test")
 CONFIGS = {
@@ -47,7 +47,7 @@ CONFIGS = {
 
 
 def split_blocks(engine: Engine, db: str, mcpu: str, split: str) -> tuple[list[str], list, np.ndarray]:
-    frame = queries.measured_blocks(db, mcpu, [split])
+    frame = ingestion.measured_blocks(db, mcpu, [split])
     blocks = engine.disassemble_many(frame["hex"].to_list())
     return frame["block_id"].to_list(), blocks, frame["cycles_per_100"].to_numpy()
 
@@ -139,8 +139,8 @@ def main() -> None:
         ids, test_blocks, truth = data["test"]
         plain_test = engine.simulate(test_blocks, learned)
         nbytes = np.array([sum(len(h) // 2 for h in b.encoding) for b in test_blocks])
-        parent = queries.query("SELECT parent_id FROM param_tables WHERE table_id = ?", db, [learned_id]).item()
-        bottleneck = dict(queries.bottlenecks(db, parent).iter_rows())
+        parent = connection.query("SELECT parent_id FROM param_tables WHERE table_id = ?", db, [learned_id]).item()
+        bottleneck = dict(evaluation.bottlenecks(db, parent).iter_rows())
         store_load = np.array([_store_load(a) for a in found["test"]])
         hexes = [b.source[1] for b in test_blocks]
         masks = {
@@ -209,10 +209,10 @@ def main() -> None:
 
 def _latest_learned(db: str, mcpu: str, extended: bool) -> tuple[str, ParamTable]:
     """The newest table learned for ``mcpu`` under llvm-mca's model, or under the extended one."""
-    for table_id in queries.query(
+    for table_id in connection.query(
         "SELECT table_id FROM param_tables WHERE kind = 'learned' AND mcpu = ? ORDER BY created_at DESC", db, [mcpu]
     )["table_id"]:
-        table = queries.load_table(db, table_id)
+        table = tables.load_table(db, table_id)
         if bool(table.mechanisms) == extended:
             return table_id, table
     raise SystemExit(f"no table learned for {mcpu} under {'the extended' if extended else 'llvm-mca'}'s model in {db}")

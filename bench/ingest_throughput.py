@@ -17,7 +17,7 @@ from common import add_data_argument, corpus_files
 
 from difftune_pipeline.engine import Engine
 from difftune_pipeline.ingest import batches as ingest
-from difftune_pipeline.warehouse import queries
+from difftune_pipeline.warehouse import connection
 
 
 def build_file(path: Path, rows: int, data: Path | None) -> int:
@@ -56,7 +56,7 @@ def main() -> None:
         t1 = time.perf_counter()
         again = ingest.ingest_measurements(src, "haswell", db, engine)
         reingest = time.perf_counter() - t1
-        blocks = queries.row_count(db, "blocks")
+        blocks = connection.row_count(db, "blocks")
     print(
         f"rows read {summary.n_read}, ingested {summary.n_ingested}, quarantined {summary.n_quarantined}, "
         f"blocks {blocks}, splits {splits}"

@@ -20,7 +20,7 @@ from ablation import SPLITS, Splits
 
 from difftune_pipeline import config
 from difftune_pipeline.engine import Engine
-from difftune_pipeline.warehouse import queries
+from difftune_pipeline.warehouse import tables
 
 
 def main() -> None:
@@ -34,10 +34,10 @@ def main() -> None:
 
 
 def measure(mcpu: str, warehouse: str, runs: int) -> None:
-    learned_id = queries.latest_learned(warehouse, mcpu)
+    learned_id = tables.latest_learned(warehouse, mcpu)
     if learned_id is None:
         raise SystemExit(f"{warehouse} holds no learned table for {mcpu}: materialise learned_params first")
-    start = queries.load_table(warehouse, learned_id)
+    start = tables.load_table(warehouse, learned_id)
     splits = Splits(Engine(mcpu), warehouse, mcpu, start.harness)
     default = splits.default(start.mechanisms, start.harness)  # under the learned table's model
     settings = config.settings_for("full").search

@@ -36,7 +36,7 @@ from difftune_pipeline.surrogates.structured import StructuredSurrogate
 from difftune_pipeline.tuners import Problem, SurrogateView
 from difftune_pipeline.tuners.gradient import SurrogateTuner
 from difftune_pipeline.tuners.search import DirectSearch
-from difftune_pipeline.warehouse import queries
+from difftune_pipeline.warehouse import ingestion, simulations
 
 OUT = Path(__file__).parent / "out"
 
@@ -84,13 +84,13 @@ def main() -> None:
     train_frame, _ = ctx.blocks("train")
     test_frame, test_blocks = ctx.blocks("test")
     default_id, default_all = ctx.default_table()
-    members = slices(test_frame.select("block_id", "n_insts", "asm"), queries.block_sources(args.db))
+    members = slices(test_frame.select("block_id", "n_insts", "asm"), ingestion.block_sources(args.db))
     measured = train_frame["cycles_per_100"].to_numpy()
     val = lambda t: ctx.score(t, "val")[0]  # noqa: E731
     blocks = [train_blocks[b] for b in train_frame["block_id"]]
     problem = Problem(ctx.engine, blocks, measured, default_all, val)
     rate = simulation_rate(ctx, space, default, tables, train_blocks)
-    n_sims = queries.simulation_totals(args.db, [t.table_id for t in tables])[0]
+    n_sims = simulations.simulation_totals(args.db, [t.table_id for t in tables])[0]
     budget = args.budget or n_sims
     dataset_seconds = n_sims / rate
     print(
@@ -108,13 +108,13 @@ def main() -> None:
 
     # DiffTune: the Ithemal-style LSTM and the table learned through it, as the full profile stored them.
     lstm = (
-        queries.surrogate_runs(args.db, args.mcpu, "ithemal")
-        or queries.surrogate_runs(args.db, args.mcpu, "ithemal-lstm")
+        simulations.surrogate_runs(args.db, args.mcpu, "ithemal")
+        or simulations.surrogate_runs(args.db, args.mcpu, "ithemal-lstm")
     )[0]
-    learned = queries.learned_through(args.db, args.mcpu, lstm["run_id"])
+    learned = tables.learned_through(args.db, args.mcpu, lstm["run_id"])
     note = json.loads(learned["note"])
     results["difftune_lstm"] = {
-        **test_metrics(ctx, queries.load_table(args.db, learned["table_id"]), test_frame, test_blocks, members),
+        **test_metrics(ctx, tables.load_table(args.db, learned["table_id"]), test_frame, test_blocks, members),
         "simulations": n_sims,
         "surrogate_heldout_mape": lstm["heldout_mape"],
         "surrogate_train_seconds": lstm["train_seconds"],
@@ -124,7 +124,7 @@ def main() -> None:
     # The structured surrogate: same simulations, the LSTM's training time (capped).
     t0 = time.perf_counter()
     pairs = training_pairs(
-        lambda table_id: queries.simulated_cycles(args.db, settings.iterations, [table_id]),
+        lambda table_id: simulations.simulated_cycles(args.db, settings.iterations, [table_id]),
         space,
         default,
         tables,

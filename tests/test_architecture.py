@@ -11,7 +11,7 @@ from conftest import ROOT, SAMPLE
 from difftune_pipeline import config, steps, tuners
 from difftune_pipeline.engine import LIMITS, InvalidTable
 from difftune_pipeline.ingest import batches as ingest
-from difftune_pipeline.warehouse import queries
+from difftune_pipeline.warehouse import tables
 
 
 def test_profiles_are_overrides_of_one_base():
@@ -148,7 +148,7 @@ def test_a_toy_tuner_is_one_class_and_one_line(haswell, warehouse, monkeypatch):
     out = steps.learn(ctx, log=lambda *_: None)
     assert [h["stage"] for h in out["history"]] == ["toy"] * 5
     assert out["learned_val_mape"] <= out["default_val_mape"]
-    learned = queries.load_table(warehouse, out["table_id"])
+    learned = tables.load_table(warehouse, out["table_id"])
     assert learned.globals["dispatch_width"] in (2, 3, 4, 5, 6) and learned.rows == ctx.default_table()[1].rows
 
 

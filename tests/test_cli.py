@@ -123,12 +123,12 @@ def test_evaluate_reports_the_same_keys_as_simulate(tmp_path):
 
 
 def test_params_export_of_stored_tables(cli_env, haswell):
-    from difftune_pipeline.warehouse import queries, writer
+    from difftune_pipeline.warehouse import tables, writer
 
     table = haswell.default_table()
     table.rows["IMUL64rr"]["latency"] = [9]
     with writer(cli_env / "w.duckdb") as con:
-        queries.save_table(con, "learned-test", table, kind="learned")
+        tables.save_table(con, "learned-test", table, kind="learned")
     out = cli_env / "t.json"
     for name in ("learned-test", "learned"):
         result = runner.invoke(app, ["params", "export", "--table", name, "--out", str(out)])

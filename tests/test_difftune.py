@@ -20,7 +20,7 @@ from difftune_pipeline.engine.extended import EXTENDED
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.surrogates.base import training_device
 from difftune_pipeline.warehouse import connection as store
-from difftune_pipeline.warehouse import queries
+from difftune_pipeline.warehouse import ingestion, tables
 
 TINY = settings_for(
     "sample",
@@ -109,7 +109,7 @@ def test_stages_end_to_end_and_again_without_work(ctx, warehouse):
     val = evals.filter((evals["split"] == "val") & (evals["slice"] == "all"))
     by_table = dict(zip(val["table_id"], val["mape"]))
     assert by_table[learned["table_id"]] <= by_table[default_id] + 1e-12  # selected on val
-    ctx.engine.compile(queries.load_table(warehouse, learned["table_id"]))  # a valid table
+    ctx.engine.compile(tables.load_table(warehouse, learned["table_id"]))  # a valid table
 
     counts = {
         t: _count(warehouse, t)
@@ -133,7 +133,7 @@ def test_accesses_are_recorded_once_and_the_model_is_chosen_on_val(fresh, wareho
     assert all(reason.startswith("emulation failed") for reason in out["fallbacks"])
     rows = _count(warehouse, "block_accesses")
     assert steps.record_accesses(ctx)["new"] == 0 and _count(warehouse, "block_accesses") == rows  # idempotent
-    aliasing = queries.aliasing_blocks(warehouse, "bhive")
+    aliasing = ingestion.aliasing_blocks(warehouse, "bhive")
     assert aliasing.height > 10  # BHive's harness makes many loads read what a store wrote
     _, blocks = ctx.blocks("val")
     block_id = aliasing["block_id"].filter(aliasing["block_id"].is_in(list(blocks)))[0]
@@ -235,8 +235,8 @@ def test_materialise_the_whole_graph_with_the_cli(smoke_run, tmp_path, monkeypat
         }
         assert checks == dict.fromkeys(checks, "SUCCEEDED")
     # Nothing changed: the second run redraws nothing and adds nothing.
-    tables = ("param_tables", "simulations", "surrogate_runs", "predictions", "evaluations", "comparisons")
-    counts = {t: _count(db, t) for t in tables}
+    names = ("param_tables", "simulations", "surrogate_runs", "predictions", "evaluations", "comparisons")
+    counts = {t: _count(db, t) for t in names}
     figures = {p: p.stat().st_mtime_ns for p in (root / "warehouse" / "reports").iterdir()}
     again = subprocess.run(
         [".venv/bin/difftune", "materialize", "-v"],
@@ -248,7 +248,7 @@ def test_materialise_the_whole_graph_with_the_cli(smoke_run, tmp_path, monkeypat
     )
     assert again.returncode == 0, again.stderr
     assert "STEP_SUCCESS" in again.stderr  # -v: Dagster's log on the terminal too
-    assert {t: _count(db, t) for t in tables} == counts
+    assert {t: _count(db, t) for t in names} == counts
     assert {p: p.stat().st_mtime_ns for p in (root / "warehouse" / "reports").iterdir()} == figures
     with dg.DagsterInstance.get() as instance:
         mat = instance.get_latest_materialization_event(dg.AssetKey("evaluation"))
@@ -299,7 +299,7 @@ def test_each_surrogate_and_tuner_learns_a_valid_table_no_worse_on_val(simulated
     run = steps.train_surrogate(chosen, log=lambda *_: None)
     assert run["model"] == model and run["heldout_mape"] < 1.0
     out = steps.learn(chosen, log=lambda *_: None)
-    learned = queries.load_table(ctx.db, out["table_id"])
+    learned = tables.load_table(ctx.db, out["table_id"])
     ctx.engine.compile(learned)
     _, default = chosen.default_table()
     assert chosen.score(learned, "val")[0] <= chosen.score(default, "val")[0] + 1e-12

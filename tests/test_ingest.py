@@ -8,7 +8,7 @@ from difftune_pipeline.engine import InvalidTable, ParamTable
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.ingest.blocks import block_id, split_of
 from difftune_pipeline.warehouse import connection as store
-from difftune_pipeline.warehouse import queries, schema
+from difftune_pipeline.warehouse import ingestion, schema, tables
 
 GOOD = "4801d8,100.0\n4883c0014839d875f7,250\n"
 BAD_LINES = {
@@ -63,7 +63,7 @@ def test_repeated_measurements_are_kept_and_corpus_duplicates_quarantined(haswel
     assert (summary.n_ingested, summary.n_quarantined) == (3, 0)
     ingest.assign_splits(warehouse)
     split = store.query("SELECT split FROM splits", warehouse).item()
-    assert queries.measured_blocks(warehouse, "haswell", [split])["cycles_per_100"].to_list() == [110.0]
+    assert ingestion.measured_blocks(warehouse, "haswell", [split])["cycles_per_100"].to_list() == [110.0]
     corpus = tmp_path / "app.csv"
     corpus.write_text("4801d8,1\n4801D8,1\n4801d8,2\n")
     ingest.ingest_corpus(corpus, warehouse, haswell)
@@ -75,11 +75,11 @@ def test_reingesting_adds_nothing_and_new_files_add_only_what_is_new(haswell, wa
     first = tmp_path / "a.csv"
     first.write_text(GOOD)
     ingest.ingest_measurements(first, "haswell", warehouse, haswell)
-    tables = ["blocks", "measurements", "quarantine", "batches"]
-    before = {t: _count(warehouse, f"SELECT count(*) FROM {t}") for t in tables}
+    names = ["blocks", "measurements", "quarantine", "batches"]
+    before = {t: _count(warehouse, f"SELECT count(*) FROM {t}") for t in names}
     again = ingest.ingest_measurements(first, "haswell", warehouse, haswell)
     assert again.already_ingested
-    assert {t: _count(warehouse, f"SELECT count(*) FROM {t}") for t in tables} == before
+    assert {t: _count(warehouse, f"SELECT count(*) FROM {t}") for t in names} == before
     second = tmp_path / "b.csv"
     second.write_text("4801d8,101\n4829d8,90\n")  # one known block, one new
     ingest.ingest_measurements(second, "haswell", warehouse, haswell)
@@ -178,7 +178,7 @@ def test_a_warehouse_of_an_older_version_is_migrated_by_its_first_reader(haswell
         "INSERT INTO batches VALUES ('b1', 'measurements', 'haswell', NULL, 'old.csv', 1, 1, 0, now()::TIMESTAMP)"
     )
     con.close()
-    assert queries.batches(warehouse).select("batch_id", "status").rows() == [("b1", "ok")]
+    assert ingestion.batches(warehouse).select("batch_id", "status").rows() == [("b1", "ok")]
     assert _count(warehouse, "SELECT max(version) FROM schema_version") == len(schema.MIGRATIONS)
     assert _count(warehouse, "SELECT count(*) FROM usable_measurements") == 0
 
@@ -186,7 +186,7 @@ def test_a_warehouse_of_an_older_version_is_migrated_by_its_first_reader(haswell
 def test_tables_stored_before_the_failed_forwarding_penalty_load_with_its_default(haswell, warehouse):
     con = store.connect(warehouse)
     table = haswell.default_table().with_model(("memory",), "bhive")
-    queries.save_table(con, "old", table, kind="imported")
+    tables.save_table(con, "old", table, kind="imported")
     con.execute("DELETE FROM param_values WHERE param = 'store_forward_fail_penalty'")
     penalty = next(i + 1 for i, ddl in enumerate(schema.MIGRATIONS) if "store_forward_fail_penalty" in ddl)
     con.execute("DELETE FROM schema_version WHERE version >= ?", [penalty])  # as the version before it left it
@@ -196,7 +196,7 @@ def test_tables_stored_before_the_failed_forwarding_penalty_load_with_its_defaul
     )
     with pytest.raises(InvalidTable, match="store_forward_fail_penalty"):
         haswell.compile(before)
-    assert queries.load_table(warehouse, "old").to_dict() == table.to_dict()
+    assert tables.load_table(warehouse, "old").to_dict() == table.to_dict()
 
 
 def test_schema_migrations_are_recorded(warehouse):

@@ -166,7 +166,7 @@ def test_a_skylake_batch_re_tunes_only_skylake(tmp_path, warehouse):
     default_params, and then only Skylake's tuning."""
     box, instance, definitions = tmp_path / "inbox", dg.DagsterInstance.ephemeral(), defs()
     graph = definitions.resolve_asset_graph()
-    ingestion = [ingest_defs.block_sources, ingest_defs.measurements, ingest_defs.blocks, ingest_defs.splits]
+    ingesting = [ingest_defs.block_sources, ingest_defs.measurements, ingest_defs.blocks, ingest_defs.splits]
     resources = {
         "warehouse": Warehouse(path=str(warehouse)),
         "engine": EngineResource(),
@@ -178,7 +178,7 @@ def test_a_skylake_batch_re_tunes_only_skylake(tmp_path, warehouse):
         "inbox": Inbox(path=str(box)),
     }
     _ingest_batch(instance, box, warehouse, _drop(box / "skylake", "first.csv", SKYLAKE[:60]), "skylake")
-    assert dg.materialize(ingestion, resources=resources, instance=instance).success
+    assert dg.materialize(ingesting, resources=resources, instance=instance).success
     assert sorted(instance.get_dynamic_partitions(UARCHS.name)) == ["haswell", "skylake"]
 
     def default_params(uarch):
@@ -198,7 +198,7 @@ def test_a_skylake_batch_re_tunes_only_skylake(tmp_path, warehouse):
     assert settled.total_requested == 0
 
     _ingest_batch(instance, box, warehouse, _drop(box / "skylake", "second.csv", SKYLAKE[60:]), "skylake")
-    assert dg.materialize(ingestion[2:], resources=resources, instance=instance).success  # blocks, splits
+    assert dg.materialize(ingesting[2:], resources=resources, instance=instance).success  # blocks, splits
     after = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=settled.cursor)
     assert after.get_requested_partitions(dg.AssetKey("default_params")) == {"haswell", "skylake"}
     default_params("haswell")
@@ -248,7 +248,7 @@ def test_failed_and_dropped_batches_never_feed_tuning(tmp_path, warehouse, monke
 
     from difftune_pipeline.cli import app
     from difftune_pipeline.ingest import batches as ingest
-    from difftune_pipeline.warehouse import queries
+    from difftune_pipeline.warehouse import ingestion
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
     (tmp_path / "home").mkdir()
@@ -263,7 +263,7 @@ def test_failed_and_dropped_batches_never_feed_tuning(tmp_path, warehouse, monke
     everything = ["train", "val", "test"]
     kept = store.query("SELECT count(*) FROM measurements", warehouse).item()
     assert kept > 40  # the failed batch's rows stay in measurements
-    assert queries.measured_blocks(warehouse, "haswell", everything).height == 40  # the failed batch does not count
+    assert ingestion.measured_blocks(warehouse, "haswell", everything).height == 40  # the failed batch does not count
     listed = runner.invoke(app, ["batches", "list", "--warehouse", str(warehouse), "--json"])
     statuses = {r["source_file"].rsplit("/", 1)[1]: r for r in json.loads(listed.stdout)}
     assert statuses["good.csv"]["status"] == "ok" and statuses["wrong_unit.csv"]["status"] == "failed_sanity"
@@ -279,13 +279,13 @@ def test_failed_and_dropped_batches_never_feed_tuning(tmp_path, warehouse, monke
     assert dropped.exit_code == 0 and "40 measurements withdrawn" in dropped.stdout, dropped.output
     after = dg.evaluate_automation_conditions(defs=definitions, instance=instance, cursor=before.cursor)
     assert after.get_num_requested(dg.AssetKey("blocks")) == 1  # the re-tune follows downstream
-    assert queries.measured_blocks(warehouse, "haswell", everything).height == 0
+    assert ingestion.measured_blocks(warehouse, "haswell", everything).height == 0
     assert store.query("SELECT count(*) FROM measurements", warehouse).item() == kept - 40  # only that batch's
     assert store.query("SELECT count(*) FROM blocks", warehouse).item() == kept  # blocks stay
     row = store.query("SELECT status, status_reason FROM batches WHERE batch_id = ?", warehouse, [good_id]).row(0)
     assert row == ("dropped", "bad rig")
     assert ingest.ingest_measurements(good, "haswell", warehouse, EngineResource().decoder()).already_ingested
-    assert queries.measured_blocks(warehouse, "haswell", everything).height == 0  # its bytes never come back
+    assert ingestion.measured_blocks(warehouse, "haswell", everything).height == 0  # its bytes never come back
     again = runner.invoke(app, ["batches", "drop", good_id, "--warehouse", str(warehouse)])
     assert again.exit_code == 0 and "already dropped" in again.stdout
     unknown = runner.invoke(app, ["batches", "drop", "nope", "--warehouse", str(warehouse)])

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from difftune_pipeline.cli.common import USER_ERRORS, WarehouseOpt, batches_app, console, err_console, fail, print_json
-from difftune_pipeline.warehouse import DEFAULT_PATH, queries, writer
+from difftune_pipeline.warehouse import DEFAULT_PATH, ingestion, writer
 
 
 @batches_app.command("list")
@@ -20,7 +20,7 @@ def batches_list(
 ) -> None:
     """Every batch with its status: ok, failed_sanity (never feeds tuning) or dropped."""
     try:
-        frame = queries.batches(warehouse)
+        frame = ingestion.batches(warehouse)
     except USER_ERRORS as exc:
         raise fail(exc) from None
     if as_json:
@@ -68,7 +68,7 @@ def batches_drop(
         raise fail(FileNotFoundError(f"no warehouse at {warehouse}"))
     try:
         with writer(warehouse) as con:
-            result = queries.drop_batch(con, batch_id, reason)
+            result = ingestion.drop_batch(con, batch_id, reason)
     except USER_ERRORS as exc:
         raise fail(exc) from None
     if result["already_dropped"]:

@@ -25,7 +25,7 @@ from difftune_pipeline.cli.params import resolve_table
 from difftune_pipeline.engine import MAX_SHOWN, MAX_TRACE_ITERATIONS
 from difftune_pipeline.engine.reference import llvm_mca_rounded
 from difftune_pipeline.ingest.blocks import block_id, canonical_hex, hex_problem
-from difftune_pipeline.warehouse import DEFAULT_PATH, queries
+from difftune_pipeline.warehouse import DEFAULT_PATH, ingestion
 
 
 def _styles() -> tuple[dict[str, str], str]:
@@ -44,7 +44,7 @@ def _measured(hex_: str | None, mcpu: str, warehouse: Path) -> tuple[float | Non
     if not warehouse.is_file():
         return None, f"no warehouse at {path_text(warehouse)}"
     try:
-        found = queries.measured_throughput(warehouse, block_id(canonical_hex(hex_)), mcpu)
+        found = ingestion.measured_throughput(warehouse, block_id(canonical_hex(hex_)), mcpu)
     except USER_ERRORS as exc:
         return None, f"unavailable ({str(exc).splitlines()[0]})"
     return found, "" if found is not None else f"not in the warehouse for -mcpu={mcpu}"

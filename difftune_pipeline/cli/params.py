@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from difftune_pipeline.cli.common import USER_ERRORS, WarehouseOpt, console, fail, params_app, path_text
-from difftune_pipeline.warehouse import DEFAULT_PATH, queries, writer
+from difftune_pipeline.warehouse import DEFAULT_PATH, tables, writer
 
 
 def resolve_table(ref: str, mcpu: str, warehouse: Path):
@@ -24,11 +24,11 @@ def resolve_table(ref: str, mcpu: str, warehouse: Path):
     if ref == "default":
         return ref, Engine(mcpu).default_table()
     if ref == "learned":
-        latest = queries.latest_learned(warehouse, mcpu)
+        latest = tables.latest_learned(warehouse, mcpu)
         if latest is None:
             raise KeyError(f"no learned table for -mcpu={mcpu} in {warehouse}")
         ref = latest
-    return ref, queries.load_table(warehouse, ref)
+    return ref, tables.load_table(warehouse, ref)
 
 
 TableRef = Annotated[
@@ -79,11 +79,11 @@ def params_import(
         Engine(table.mcpu).compile(table)
         table_id = table_id or f"imported-{table.mcpu}-{table.fingerprint()}"
         with writer(warehouse) as con:  # compared and stored in one transaction
-            stored = queries.stored_table(con, table_id)
+            stored = tables.stored_table(con, table_id)
             mine = (table.mcpu, table.llvm_version, table.to_frame().sort(["opcode", "param", "idx"]))
             if stored is not None and (stored[:2] != mine[:2] or not stored[3].equals(mine[2])):
                 raise ValueError(f"table id {table_id!r} already holds a different table: choose another --id")
-            new = queries.save_table(
+            new = tables.save_table(
                 con, table_id, table, kind="imported", note=note or f"imported from {path_text(file)}"
             )
     except USER_ERRORS as exc:

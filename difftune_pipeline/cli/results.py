@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from difftune_pipeline.cli.common import USER_ERRORS, WarehouseOpt, app, fail, print_json
-from difftune_pipeline.warehouse import DEFAULT_PATH, queries
+from difftune_pipeline.warehouse import DEFAULT_PATH, evaluation
 
 TABLES = {  # name -> column heading
     "llvm_mca": "llvm-mca",
@@ -48,7 +48,7 @@ def results(
 
 def show(db: Path, console: Console | None, uarchs: list[str] | None = None) -> dict[str, Any]:
     """The summary as data (``--json``'s document), printed on ``console`` when one is given."""
-    rows = [r for r in queries.results(db).iter_rows(named=True) if not uarchs or r["uarch"] in uarchs]
+    rows = [r for r in evaluation.results(db).iter_rows(named=True) if not uarchs or r["uarch"] in uarchs]
     summary = [_entry(r) for r in rows]
     steps = _next_steps(db, rows)
     if console is not None:

@@ -11,7 +11,7 @@ from difftune_pipeline.defs.resources import EngineResource, Inbox, Warehouse
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.ingest import inbox as inbox_files
 from difftune_pipeline.steps.checks import measurement_sanity
-from difftune_pipeline.warehouse import queries
+from difftune_pipeline.warehouse import ingestion
 
 BATCHES = dg.DynamicPartitionsDefinition(name="measurement_batches")
 
@@ -33,9 +33,9 @@ def measurement_batches(context: dg.AssetExecutionContext, warehouse: Warehouse,
     if found is not None:
         summary = ingest.ingest_measurements(found.path, found.uarch, warehouse.path, engine.decoder(), found.unit)
         meta = batch_metadata([summary])
-        if found.uarch in queries.measured_uarchs(warehouse.path):  # usable: sane and not dropped
+        if found.uarch in ingestion.measured_uarchs(warehouse.path):  # usable: sane and not dropped
             add_uarchs(context.instance, [found.uarch])
-    elif queries.batch_exists(warehouse.path, batch_id):
+    elif ingestion.batch_exists(warehouse.path, batch_id):
         meta = {"already_ingested": True}  # the file was removed after ingestion: nothing is lost
     else:
         raise dg.Failure(

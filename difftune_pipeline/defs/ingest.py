@@ -10,7 +10,7 @@ from difftune_pipeline.defs.partitions import add_uarchs
 from difftune_pipeline.defs.resources import DataSources, EngineResource, Warehouse
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.steps.checks import measurement_sanity
-from difftune_pipeline.warehouse import queries
+from difftune_pipeline.warehouse import ingestion
 
 GROUP = "ingest"
 WRITER_POOL = "duckdb_writer"
@@ -54,7 +54,7 @@ def measurements(context: dg.AssetExecutionContext, warehouse: Warehouse, engine
         ingest.ingest_measurements(f.path, f.uarch, warehouse.path, engine.decoder(), f.unit)
         for f in sources.measurement_files
     ]
-    added = add_uarchs(context.instance, queries.measured_uarchs(warehouse.path))
+    added = add_uarchs(context.instance, ingestion.measured_uarchs(warehouse.path))
     yield dg.MaterializeResult(
         metadata={
             **batch_metadata(summaries),
@@ -74,7 +74,7 @@ def measurements(context: dg.AssetExecutionContext, warehouse: Warehouse, engine
 def blocks(warehouse: Warehouse) -> dg.MaterializeResult:
     """Every distinct block, disassembled by LLVM (opcodes, AT&T text); blocks
     LLVM cannot decode stay, quarantined with the reason."""
-    counts = queries.block_status_counts(warehouse.path)
+    counts = ingestion.block_status_counts(warehouse.path)
     by_status = dict(zip(counts["status"].to_list(), counts["n"].to_list()))
     return dg.MaterializeResult(
         metadata={
@@ -103,7 +103,7 @@ def splits(warehouse: Warehouse) -> dg.MaterializeResult:
 def quarantine(warehouse: Warehouse) -> dg.MaterializeResult:
     """Input rows that never became a measurement or a block source, each with a
     reason (table ``quarantine``)."""
-    reasons = queries.quarantine_reasons(warehouse.path)
+    reasons = ingestion.quarantine_reasons(warehouse.path)
     return dg.MaterializeResult(
         metadata={
             "rows": int(reasons["n"].sum()) if not reasons.is_empty() else 0,

@@ -9,7 +9,7 @@ import polars as pl
 from difftune_pipeline.quality import Verdict
 from difftune_pipeline.reporting.plots import markdown_image
 from difftune_pipeline.reporting.report import explained_changes, explained_summary
-from difftune_pipeline.warehouse import queries
+from difftune_pipeline.warehouse import connection
 
 
 def markdown(frame: pl.DataFrame) -> dg.MetadataValue:
@@ -50,7 +50,7 @@ def explained(e: dict) -> dg.MetadataValue:
 
 def row_count(warehouse, table: str) -> dict:
     """Dagster's standard row-count entry for the warehouse table an asset writes."""
-    return {"dagster/row_count": queries.row_count(warehouse.path, table)}
+    return {"dagster/row_count": connection.row_count(warehouse.path, table)}
 
 
 def blocking_check(

@@ -19,7 +19,7 @@ import polars as pl
 from difftune_pipeline.engine import CPUS, LLVM_VERSION, Engine
 from difftune_pipeline.ingest import sanity
 from difftune_pipeline.ingest.blocks import block_id, canonical_hex, disassemble_rows, hex_problem, split_of
-from difftune_pipeline.warehouse import insert_new, queries, writer
+from difftune_pipeline.warehouse import connection, ingestion, insert_new, writer
 
 UNITS = {"cycles_per_100": 1.0, "cycles_per_iteration": 100.0}
 # A measured throughput is within these bounds (cycles per 100 iterations): a million
@@ -113,7 +113,7 @@ def _split_rows(lines, what: str, zero_ok: bool, repeats_ok: bool, bounds: tuple
 
 def _ingest_blocks(con, engine: Engine, hexes: list[str]) -> dict[str, str | None]:
     """Disassemble the blocks not yet in the warehouse; returns hex -> quarantine reason."""
-    reasons = queries.known_blocks(con, hexes)
+    reasons = ingestion.known_blocks(con, hexes)
     new = [h for h in dict.fromkeys(hexes) if h not in reasons]
     if new:
         rows = disassemble_rows(engine, new)
@@ -140,9 +140,9 @@ def _ingest(
     path = Path(path)
     scale = UNITS[unit]
     batch = file_batch_id(path, batch_scope(kind, uarch, app, unit))
-    now = queries.now()
+    now = connection.now()
     with writer(db) as con:
-        done = queries.stored_batch(con, batch)
+        done = ingestion.stored_batch(con, batch)
         if done:
             *counts, status = done
             return BatchSummary(batch, kind, str(path), *counts, already_ingested=True, status=status)
@@ -159,15 +159,15 @@ def _ingest(
                 kept.append((line_no, hex_, value))
         if kind == "measurements":
             rows = [(n, block_id(h), v * scale) for n, h, v in kept]
-            queries.add_measurements(con, batch, str(path), uarch, rows, now)
+            ingestion.add_measurements(con, batch, str(path), uarch, rows, now)
         else:
-            queries.add_block_sources(con, batch, app, [(block_id(h), v) for _, h, v in kept])
-        queries.add_quarantine(con, batch, str(path), bad, now)
+            ingestion.add_block_sources(con, batch, app, [(block_id(h), v) for _, h, v in kept])
+        ingestion.add_quarantine(con, batch, str(path), bad, now)
         problems = []
         if kind == "measurements":  # judged before it commits: never usable unjudged
-            implausible = queries.implausible_measurements(con, batch, sanity.MAX_IPC)
+            implausible = ingestion.implausible_measurements(con, batch, sanity.MAX_IPC)
             problems = sanity.problems(str(path), len(lines), len(kept), len(bad), implausible)
-        queries.record_batch(con, batch, kind, uarch, app, str(path), len(lines), len(kept), len(bad), now, problems)
+        ingestion.record_batch(con, batch, kind, uarch, app, str(path), len(lines), len(kept), len(bad), now, problems)
         status = "failed_sanity" if problems else "ok"
         return BatchSummary(batch, kind, str(path), len(lines), len(kept), len(bad), status=status)
 
@@ -192,10 +192,10 @@ def ingest_corpus(path: str | Path, db: str | Path, engine: Engine, app: str | N
 def assign_splits(db: str | Path) -> dict[str, int]:
     """Give every block without a split its hash-determined one; returns the counts."""
     with writer(db) as con:
-        missing = queries.blocks_without_split(con)
+        missing = ingestion.blocks_without_split(con)
         frame = pl.DataFrame(
             {"block_id": missing, "split": [split_of(b) for b in missing]},
             schema={"block_id": pl.Utf8, "split": pl.Utf8},
         )
         insert_new(con, "splits", frame, ["block_id"])
-        return queries.split_counts(con)
+        return ingestion.split_counts(con)

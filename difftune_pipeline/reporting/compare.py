@@ -9,7 +9,7 @@ import polars as pl
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.engine.table import diff
 from difftune_pipeline.model.metrics import MIN_SLICE_BLOCKS, worse_slices
-from difftune_pipeline.warehouse import queries
+from difftune_pipeline.warehouse import evaluation, ingestion
 
 
 def compare(evaluations: pl.DataFrame, tables: dict[str, str], worse: pl.DataFrame) -> pl.DataFrame:
@@ -42,7 +42,7 @@ def three_tables(
     """(``predicted_vs_measured`` of the test split, ``compare`` of the tables with the
     slices the learned table makes worse than the default by more than noise)."""
     predicted = predicted_vs_measured(db, uarch, tables)
-    worse = worse_slices(errors(predicted, "default", "learned"), queries.block_slices(db, uarch))
+    worse = worse_slices(errors(predicted, "default", "learned"), evaluation.block_slices(db, uarch))
     return predicted, compare(evaluations, tables, worse)
 
 
@@ -97,8 +97,8 @@ def changed_parameters(default: ParamTable, learned: ParamTable, top: int = 20) 
 
 def predicted_vs_measured(db, uarch: str, tables: dict[str, str], split: str = "test") -> pl.DataFrame:
     """block_id, hex, measured and one column of engine cycles per named table (``{name: table_id}``)."""
-    blocks = queries.measured_blocks(db, uarch, [split])
+    blocks = ingestion.measured_blocks(db, uarch, [split])
     frame = blocks.select("block_id", "hex", pl.col("cycles_per_100").alias("measured"))
     for name, table_id in tables.items():
-        frame = frame.join(queries.predictions(db, table_id).rename({"cycles": name}), on="block_id", how="left")
+        frame = frame.join(evaluation.predictions(db, table_id).rename({"cycles": name}), on="block_id", how="left")
     return frame

@@ -24,7 +24,7 @@ from difftune_pipeline.reporting.compare import (
     worse_summary,
 )
 from difftune_pipeline.reporting.explain import change_text, explain, notable
-from difftune_pipeline.warehouse import queries
+from difftune_pipeline.warehouse import evaluation, simulations
 
 # The GPGPU-Sim validation on ML workloads (Khairy et al.) reports the simulator
 # within this error of hardware; the report sets the ML-kernel slices beside it.
@@ -58,10 +58,10 @@ def _pct(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def uarch_section(db, row: dict) -> str:
-    """One µarch's section from its newest comparison (``queries.results``' row)."""
+    """One µarch's section from its newest comparison (``evaluation.results``' row)."""
     uarch = row["uarch"]
     tables = {"llvm-mca": row["llvm_mca_id"], "default": row["default_id"], "learned": row["learned_id"]}
-    evals = queries.evaluations(db, uarch, list(tables.values()))
+    evals = evaluation.evaluations(db, uarch, list(tables.values()))
     if row["learned_id"] is None or evals.is_empty():
         return f"<h2>{html.escape(uarch)}</h2><p>Not evaluated yet: materialise <code>evaluation</code>.</p>"
     predicted, comparison = three_tables(db, uarch, tables, evals)
@@ -70,7 +70,7 @@ def uarch_section(db, row: dict) -> str:
     ml = test.filter(pl.col("slice").str.starts_with("ml:")).with_columns(
         (pl.col("learned_mape_pct") <= 100 * GPGPU_SIM_ML_ERROR).alias("within_gpgpu_sim_18pct")
     )
-    note = queries.table_note(db, row["learned_id"])
+    note = tables.table_note(db, row["learned_id"])
     tuner = json.loads(note).get("tuner", "surrogate") if note else "unknown"
     code = {name: f"<code>{html.escape(table_id)}</code>" for name, table_id in tables.items()}
     parts = [
@@ -97,7 +97,7 @@ def uarch_section(db, row: dict) -> str:
         "<h3>By slice (test)</h3>",
         table_html(test, "worse"),
     ]
-    learned, default = queries.load_table(db, row["learned_id"]), queries.load_table(db, row["default_id"])
+    learned, default = tables.load_table(db, row["learned_id"]), tables.load_table(db, row["default_id"])
     parts += ["<h3>Parameters that moved most</h3>", table_html(changed_parameters(default, learned))]
     parts += ["<h3>Why: the blocks the learned table changed most</h3>"]
     parts += [explained_html(e) for e in explained_blocks(Engine(uarch), predicted, default, learned)]
@@ -261,10 +261,10 @@ def _decode(obj: dict):
 
 def build(db, out: Path) -> Path:
     """Write the report for every µarch with an evaluation; returns the path."""
-    results = queries.results(db).filter(pl.col("learned_id").is_not_null())
+    results = evaluation.results(db).filter(pl.col("learned_id").is_not_null())
     if results.is_empty():
         raise ValueError(f"no evaluation in {db}: materialise learned_params and evaluation first")
-    runs = queries.surrogate_summary(db)
+    runs = simulations.surrogate_summary(db)
     sections = [uarch_section(db, r) for r in results.iter_rows(named=True)]
     body = "\n".join(
         [

@@ -6,15 +6,15 @@ from __future__ import annotations
 from difftune_pipeline import quality
 from difftune_pipeline.engine import Engine
 from difftune_pipeline.engine.reference import llvm_mca_many
-from difftune_pipeline.warehouse import queries
+from difftune_pipeline.warehouse import ingestion
 
 
 def measurement_sanity(db, batch_ids: list[str]) -> quality.Verdict:
-    return quality.measurement_sanity(queries.batch_statuses(db, batch_ids) if batch_ids else None, batch_ids)
+    return quality.measurement_sanity(ingestion.batch_statuses(db, batch_ids) if batch_ids else None, batch_ids)
 
 
 def engine_exactness(db, engine: Engine) -> quality.Verdict:
     """The engine against the ``llvm-mca`` binary on 40 measured blocks, default table."""
     return quality.engine_exactness(
-        engine, queries.exactness_sample(db, engine.mcpu), lambda blocks: llvm_mca_many(blocks, engine.mcpu)
+        engine, ingestion.exactness_sample(db, engine.mcpu), lambda blocks: llvm_mca_many(blocks, engine.mcpu)
     )

@@ -18,7 +18,7 @@ from difftune_pipeline.engine import Engine, ParamTable, extended
 from difftune_pipeline.model.metrics import kendall_tau, mape
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.model.sampling import SampledTable, sampled_tables
-from difftune_pipeline.warehouse import queries
+from difftune_pipeline.warehouse import ingestion, tables
 
 SPLITS = ("train", "val", "test")
 
@@ -65,7 +65,7 @@ class StepContext:
         ``attach``: with their loads' and stores' addresses under the harness model,
         when the model may simulate memory dependencies (recorded ones, else emulated here)."""
         if (split, attach) not in self._views:
-            frame = queries.measured_blocks(self.db, self.uarch, [split])
+            frame = ingestion.measured_blocks(self.db, self.uarch, [split])
             blocks = dict(zip(frame["block_id"].to_list(), self.engine.disassemble_many(frame["hex"].to_list())))
             if attach and self._may_use_memory():
                 blocks = self._with_accesses(blocks)
@@ -78,9 +78,9 @@ class StepContext:
 
     def _with_accesses(self, blocks: dict) -> dict:
         name = self.settings.harness
-        status = queries.harness_status(self.db, name, list(blocks))
+        status = ingestion.harness_status(self.db, name, list(blocks))
         rows: dict[str, list] = collections.defaultdict(list)
-        for b, it, i, a, n, st in queries.harness_accesses(self.db, name, list(blocks)).iter_rows():
+        for b, it, i, a, n, st in ingestion.harness_accesses(self.db, name, list(blocks)).iter_rows():
             rows[b].append((it, i, a, n, st))
         stored = {b: harness.Accesses(addr, tuple(rows[b]), s) for b, addr, s in status.iter_rows()}
         return {b: (stored.get(b) or harness.accesses(block, name)).attach(block) for b, block in blocks.items()}
@@ -93,7 +93,7 @@ class StepContext:
         if "model" not in self._views:
             name = self.settings.harness
             wanted = extended.parse(self.settings.model)
-            stored = None if decide or wanted is not None else queries.latest_default_model(self.db, self.uarch)
+            stored = None if decide or wanted is not None else tables.latest_default_model(self.db, self.uarch)
             if not extended.supported(self.uarch):
                 chosen = (), f"llvm-mca: the extended model has no front-end rules for {self.uarch}"
             elif wanted is not None:

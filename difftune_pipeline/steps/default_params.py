@@ -4,7 +4,7 @@ of the measured blocks, under the model the steps simulate with."""
 from __future__ import annotations
 
 from difftune_pipeline.steps.context import StepContext, fingerprint
-from difftune_pipeline.warehouse import queries, writer
+from difftune_pipeline.warehouse import ingestion, tables, writer
 
 
 def default_params(ctx: StepContext) -> dict:
@@ -13,8 +13,8 @@ def default_params(ctx: StepContext) -> dict:
     ctx.model(decide=True)
     table_id, table = ctx.default_table()
     with writer(ctx.db) as con:
-        new = queries.save_table(con, table_id, table, kind="default", note="LLVM's scheduling model")
-    measured = queries.measurement_totals(ctx.db, ctx.uarch)
+        new = tables.save_table(con, table_id, table, kind="default", note="LLVM's scheduling model")
+    measured = ingestion.measurement_totals(ctx.db, ctx.uarch)
     _, _, why = ctx.model()
     return {
         "table_id": table_id,

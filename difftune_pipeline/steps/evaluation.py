@@ -10,27 +10,27 @@ from difftune_pipeline.model.metrics import metrics_by_slice, slices
 from difftune_pipeline.reporting.compare import changed_parameters, three_tables
 from difftune_pipeline.reporting.report import explained_blocks, load_figures, save_figures, scatter_png
 from difftune_pipeline.steps.context import CODE_VERSIONS, StepContext, fingerprint
-from difftune_pipeline.warehouse import insert_new, queries, writer
+from difftune_pipeline.warehouse import connection, evaluation, ingestion, insert_new, tables, writer
 
 
 def evaluate(ctx: StepContext, table_ids: list[str]) -> pl.DataFrame:
     """The ``evaluations`` rows of ``table_ids``, evaluating those not stored yet."""
-    todo = [t for t in table_ids if not queries.evaluated(ctx.db, t, ctx.uarch)]
-    if not todo and queries.has_block_slices(ctx.db, ctx.uarch):  # the slices cost a simulation of llvm-mca's table
-        return queries.evaluations(ctx.db, ctx.uarch, table_ids)
+    todo = [t for t in table_ids if not evaluation.evaluated(ctx.db, t, ctx.uarch)]
+    if not todo and evaluation.has_block_slices(ctx.db, ctx.uarch):  # the slices cost a simulation of llvm-mca's table
+        return evaluation.evaluations(ctx.db, ctx.uarch, table_ids)
     (val_frame, val_blocks), (test_frame, test_blocks) = ctx.blocks("val"), ctx.blocks("test")
     frame, blocks = pl.concat([val_frame, test_frame]), {**val_blocks, **test_blocks}
     memberships = slices(
         frame.select("block_id", "n_insts", "asm"),
-        queries.block_sources(ctx.db),
-        queries.bottlenecks(ctx.db, ctx.default_table()[0]),
+        ingestion.block_sources(ctx.db),
+        evaluation.bottlenecks(ctx.db, ctx.default_table()[0]),
         [_store_load(ctx), _above_16_bytes(ctx, frame, blocks)],
     )
     with writer(ctx.db) as con:
-        queries.save_block_slices(con, ctx.uarch, memberships)
-    iterations, now = ctx.settings.iterations, queries.now()
+        evaluation.save_block_slices(con, ctx.uarch, memberships)
+    iterations, now = ctx.settings.iterations, connection.now()
     for table_id in todo:
-        table = queries.load_table(ctx.db, table_id)
+        table = tables.load_table(ctx.db, table_id)
         result = ctx.engine.simulate([blocks[b] for b in frame["block_id"]], table, iterations=iterations)
         pred = pl.DataFrame(
             {
@@ -60,13 +60,13 @@ def evaluate(ctx: StepContext, table_ids: list[str]) -> pl.DataFrame:
                 ),
                 ["table_id", "uarch", "split", "slice"],
             )
-    return queries.evaluations(ctx.db, ctx.uarch, table_ids)
+    return evaluation.evaluations(ctx.db, ctx.uarch, table_ids)
 
 
 def _store_load(ctx: StepContext) -> pl.DataFrame:
     """``mem:store_load``: blocks in which a load reads bytes an earlier store
     wrote, at the addresses the harness model recorded."""
-    return queries.aliasing_blocks(ctx.db, ctx.settings.harness).select(
+    return ingestion.aliasing_blocks(ctx.db, ctx.settings.harness).select(
         "block_id", pl.lit("mem:store_load").alias("slice")
     )
 
@@ -94,17 +94,17 @@ def evaluate_latest(ctx: StepContext) -> dict:
     are kept per comparison, so evaluating again with nothing changed redraws nothing."""
     llvm_id, llvm = ctx.llvm_mca_table()
     default_id, default = ctx.default_table()
-    learned_id = queries.latest_learned(ctx.db, ctx.uarch)
+    learned_id = tables.latest_learned(ctx.db, ctx.uarch)
     if learned_id is None:
         raise ValueError(f"no learned table for {ctx.uarch}: materialise learned_params first")
-    tables = {"llvm-mca": llvm_id, "default": default_id, "learned": learned_id}
+    compared = {"llvm-mca": llvm_id, "default": default_id, "learned": learned_id}
     with writer(ctx.db) as con:
-        queries.save_table(con, llvm_id, llvm, kind="baseline", note="llvm-mca as shipped: LLVM's table and model")
-    evaluations = evaluate(ctx, list(dict.fromkeys(tables.values())))
-    predicted, comparison = three_tables(ctx.db, ctx.uarch, tables, evaluations)
-    learned = queries.load_table(ctx.db, learned_id)
+        tables.save_table(con, llvm_id, llvm, kind="baseline", note="llvm-mca as shipped: LLVM's table and model")
+    evaluations = evaluate(ctx, list(dict.fromkeys(compared.values())))
+    predicted, comparison = three_tables(ctx.db, ctx.uarch, compared, evaluations)
+    learned = tables.load_table(ctx.db, learned_id)
     model = "extended" if set(default.mechanisms) == set(extended.EXTENDED) else default.model
-    key = fingerprint(tables, queries.measurement_totals(ctx.db, ctx.uarch), CODE_VERSIONS["evaluation"])
+    key = fingerprint(compared, ingestion.measurement_totals(ctx.db, ctx.uarch), CODE_VERSIONS["evaluation"])
     figures = load_figures(ctx.db, ctx.uarch, key)
     reused = figures is not None
     if not reused:
@@ -116,9 +116,9 @@ def evaluate_latest(ctx: StepContext) -> dict:
             explained_blocks(ctx.engine, predicted, default, learned),
         )
     with writer(ctx.db) as con:
-        queries.record_comparison(con, ctx.uarch, llvm_id, default_id, learned_id, model)
+        evaluation.record_comparison(con, ctx.uarch, llvm_id, default_id, learned_id, model)
     return {
-        "tables": tables,
+        "tables": compared,
         "model": model,
         "comparison": comparison,
         "changed": changed_parameters(default, learned),

@@ -6,14 +6,14 @@ import polars as pl
 
 from difftune_pipeline.model.features import features_frame
 from difftune_pipeline.steps.context import SPLITS, StepContext
-from difftune_pipeline.warehouse import insert_new, queries, writer
+from difftune_pipeline.warehouse import evaluation, insert_new, writer
 
 
 def block_features(ctx: StepContext) -> dict:
     """Computes only the blocks not stored yet under this table."""
     table_id, table = ctx.default_table()
     blocks = {b: blk for split in SPLITS for b, blk in ctx.blocks(split)[1].items()}
-    done = queries.feature_block_ids(ctx.db, table_id)
+    done = evaluation.feature_block_ids(ctx.db, table_id)
     todo = [b for b in blocks if b not in done]
     frame = features_frame(todo, [blocks[b] for b in todo], table, ctx.engine.resources())
     with writer(ctx.db) as con:
@@ -24,5 +24,5 @@ def block_features(ctx: StepContext) -> dict:
         "table_id": table_id,
         "blocks": len(blocks),
         "new": len(todo),
-        "by_bottleneck": queries.bottleneck_counts(ctx.db, table_id),
+        "by_bottleneck": evaluation.bottleneck_counts(ctx.db, table_id),
     }

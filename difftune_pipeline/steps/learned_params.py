@@ -12,7 +12,7 @@ from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.steps.context import CODE_VERSIONS, StepContext, fingerprint
 from difftune_pipeline.steps.surrogate import latest_surrogate, load_surrogate
 from difftune_pipeline.tuners import Problem, SurrogateView, Tuner, compose, run
-from difftune_pipeline.warehouse import queries, writer
+from difftune_pipeline.warehouse import ingestion, tables, writer
 
 
 def learn(ctx: StepContext, log=print) -> dict:
@@ -26,9 +26,9 @@ def learn(ctx: StepContext, log=print) -> dict:
     run_id = surrogate_run and surrogate_run["run_id"]
     table_id = _learned_id(ctx, tuners, run_id)
     default_id, default = ctx.default_table()
-    if queries.table_exists(ctx.db, table_id):
-        stored = json.loads(queries.table_note(ctx.db, table_id) or "{}").get("val_mape")
-        figures = stored or _val_figures(ctx, default, queries.load_table(ctx.db, table_id))
+    if tables.table_exists(ctx.db, table_id):
+        stored = json.loads(tables.table_note(ctx.db, table_id) or "{}").get("val_mape")
+        figures = stored or _val_figures(ctx, default, tables.load_table(ctx.db, table_id))
         return {"table_id": table_id, "reused": True, **figures}
     view = _surrogate_view(ctx, surrogate_run) if needs_surrogate else None
     train_frame, train_blocks = ctx.blocks("train")
@@ -55,7 +55,7 @@ def learn(ctx: StepContext, log=print) -> dict:
         "val_mape": figures,
     }
     with writer(ctx.db) as con:
-        queries.save_table(
+        tables.save_table(
             con,
             table_id,
             best,
@@ -82,7 +82,7 @@ def _learned_id(ctx: StepContext, tuners: list[Tuner], surrogate_run_id: str | N
     return f"learned-{ctx.uarch}-" + fingerprint(
         CODE_VERSIONS["learned_params"],
         surrogate_run_id,
-        queries.measurement_totals(ctx.db, ctx.uarch),
+        ingestion.measurement_totals(ctx.db, ctx.uarch),
         ctx.settings.tuner,
         configs.pop("surrogate", None),
         configs.pop("search", None),

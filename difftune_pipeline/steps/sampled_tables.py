@@ -4,7 +4,7 @@ parameter space; only their ids are stored, their values are regenerated."""
 from __future__ import annotations
 
 from difftune_pipeline.steps.context import StepContext, fingerprint
-from difftune_pipeline.warehouse import queries, writer
+from difftune_pipeline.warehouse import writer
 
 
 def sampled_tables(ctx: StepContext) -> dict:
@@ -12,7 +12,7 @@ def sampled_tables(ctx: StepContext) -> dict:
     tables = ctx.sampled_tables(space)
     with writer(ctx.db) as con:
         new = sum(
-            queries.save_table(
+            tables.save_table(
                 con,
                 t.table_id,
                 default,

@@ -15,7 +15,7 @@ import polars as pl
 
 from difftune_pipeline.model.sampling import SampledTable, planned_blocks, shard_of, simulate
 from difftune_pipeline.steps.context import StepContext, fingerprint
-from difftune_pipeline.warehouse import insert_new, queries, writer
+from difftune_pipeline.warehouse import insert_new, simulations, tables, writer
 
 CHUNK = 4000  # pairs per transaction
 PER_WORKER = 256  # pairs per worker in a chunk, at least: many workers get chunks big enough to share
@@ -25,7 +25,7 @@ def _todo(ctx: StepContext, mine: list[SampledTable], block_ids: list[str], coun
     """The shard's pairs not yet stored, table by table (one table's stored pairs read at a time)."""
     for t in mine:
         planned = planned_blocks(t, block_ids, ctx.settings.blocks_per_table)
-        have = queries.simulated_pairs_done(ctx.db, ctx.settings.iterations, [t.table_id])
+        have = simulations.simulated_pairs_done(ctx.db, ctx.settings.iterations, [t.table_id])
         counts["planned"] += len(planned)
         counts["already_done"] += sum((b, t.table_id) in have for b in planned)
         yield from ((b, t) for b in planned if (b, t.table_id) not in have)
@@ -92,7 +92,7 @@ def _store(ctx: StepContext, space, needed: list, regenerated: dict, frame: pl.D
     """A simulated chunk and its tables' ids, in one transaction; returns the rows added."""
     with writer(ctx.db) as con:
         for t in needed:
-            queries.save_table(
+            tables.save_table(
                 con,
                 t.table_id,
                 regenerated[t.table_id],

@@ -13,7 +13,7 @@ from difftune_pipeline.model.sampling import training_pairs
 from difftune_pipeline.steps.context import CODE_VERSIONS, StepContext, fingerprint
 from difftune_pipeline.surrogates import Surrogate, surrogate_type
 from difftune_pipeline.surrogates.base import training_device
-from difftune_pipeline.warehouse import insert_new, queries, writer
+from difftune_pipeline.warehouse import connection, insert_new, simulations, writer
 
 
 def train_surrogate(ctx: StepContext, log=print) -> dict:
@@ -26,17 +26,17 @@ def train_surrogate(ctx: StepContext, log=print) -> dict:
     run_id = "surrogate-" + fingerprint(
         CODE_VERSIONS["surrogate"],
         space.fingerprint(),
-        queries.simulation_totals(ctx.db, table_ids),
+        simulations.simulation_totals(ctx.db, table_ids),
         settings.surrogate_model,
         settings.surrogate_config,
         settings.iterations,
         str(training_device()),  # a GPU's result is close to the CPU's, not the same
     )
-    done = queries.surrogate_run(ctx.db, run_id)
+    done = simulations.surrogate_run(ctx.db, run_id)
     if done is not None and Path(done["checkpoint"]).exists():
         return {**done, "device": None, "reused": True}
     pairs = training_pairs(
-        lambda table_id: queries.simulated_cycles(ctx.db, settings.iterations, [table_id]),
+        lambda table_id: simulations.simulated_cycles(ctx.db, settings.iterations, [table_id]),
         space,
         default,
         tables,
@@ -65,7 +65,7 @@ def train_surrogate(ctx: StepContext, log=print) -> dict:
         "heldout_kendall_tau": report["heldout_kendall_tau"],
         "train_seconds": report["train_seconds"],
         "config": json.dumps(asdict(settings.surrogate_config)),
-        "created_at": queries.now(),
+        "created_at": connection.now(),
     }
     with writer(ctx.db) as con:
         insert_new(con, "surrogate_runs", pl.DataFrame([row]), ["run_id"])
@@ -76,7 +76,7 @@ def latest_surrogate(ctx: StepContext) -> dict:
     """The run of the newest trained surrogate of this µarch and the configured model.
     New measurements re-tune through it until the next full re-tune trains a new one."""
     model = ctx.settings.surrogate_model
-    for run in queries.surrogate_runs(ctx.db, ctx.uarch, model):
+    for run in simulations.surrogate_runs(ctx.db, ctx.uarch, model):
         if Path(run["checkpoint"]).exists():
             return run
     raise ValueError(f"no trained {model} surrogate for {ctx.uarch}: materialise the surrogate first")

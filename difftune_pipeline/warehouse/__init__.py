@@ -1,5 +1,6 @@
 """The DuckDB warehouse: its schema and migrations (``schema``), connections
-(``connection``) and every query the pipeline runs (``queries``)."""
+(``connection``) and every statement the pipeline runs, by what it serves
+(``ingestion``, ``tables``, ``simulations``, ``evaluation``)."""
 
 from difftune_pipeline.warehouse.connection import DEFAULT_PATH, insert_new, query, writer
 

@@ -21,6 +21,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -29,6 +30,7 @@ import polars as pl
 from difftune_pipeline.warehouse.schema import MIGRATIONS, migrate
 
 DEFAULT_PATH = Path("warehouse") / "difftune.duckdb"
+Db = str | Path  # a warehouse file
 DEFAULT_LOCK_TIMEOUT = 300.0
 READ_ONLY_CONFIG = {
     "enable_external_access": False,  # no read_csv/COPY TO/ATTACH of other files, no INSTALL
@@ -252,3 +254,14 @@ def insert_new(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame, 
         )
     finally:
         con.unregister("_incoming")
+
+
+def now() -> datetime:
+    """Timestamps are stored as naive UTC."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def row_count(db: Db, table: str) -> int:
+    if not table.isidentifier():
+        raise ValueError(f"not a table name: {table!r}")
+    return int(query(f'SELECT count(*) AS n FROM "{table}"', db)["n"][0])

@@ -1,37 +1,19 @@
-"""Every question the pipeline asks the warehouse, and every row it writes, by name.
+"""Statements of ingestion: blocks, measurements, batches and their quarantine,
+splits, and where a harness model puts each block's loads and stores.
 
 Reads take the warehouse path and open it read-only; writes take the
-connection of an open ``writer()`` transaction. The rest of the package never
-writes SQL: it calls these.
-"""
+connection of an open ``writer()`` transaction."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from pathlib import Path
+from datetime import datetime
 
 import duckdb
 import polars as pl
 
-from difftune_pipeline.engine import extended
-from difftune_pipeline.engine.table import ParamTable
-from difftune_pipeline.warehouse.connection import connect, insert_new, query, scalar
-
-Db = str | Path
+from difftune_pipeline.warehouse.connection import Db, insert_new, now, query, scalar
 
 
-def now() -> datetime:
-    """Timestamps are stored as naive UTC."""
-    return datetime.now(UTC).replace(tzinfo=None)
-
-
-def row_count(db: Db, table: str) -> int:
-    if not table.isidentifier():
-        raise ValueError(f"not a table name: {table!r}")
-    return int(query(f'SELECT count(*) AS n FROM "{table}"', db)["n"][0])
-
-
-# ---- blocks, measurements, batches ----------------------------------------
 def measured_blocks(db: Db, uarch: str, splits: list[str]) -> pl.DataFrame:
     """Decoded blocks of ``splits`` with their measured throughput on ``uarch``
     (the mean when several batches measured a block), ordered by block id."""
@@ -262,186 +244,6 @@ def split_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     return dict(con.execute("SELECT split, count(*) FROM splits GROUP BY 1 ORDER BY 1").fetchall())
 
 
-# ---- parameter tables -----------------------------------------------------
-def table_exists(db: Db, table_id: str) -> bool:
-    return not query("SELECT 1 FROM param_tables WHERE table_id = ?", db, [table_id]).is_empty()
-
-
-def save_table(
-    con: duckdb.DuckDBPyConnection,
-    table_id: str,
-    table: ParamTable,
-    *,
-    kind: str,
-    preset: str | None = None,
-    seed: int | None = None,
-    parent_id: str | None = None,
-    space_id: str | None = None,
-    note: str | None = None,
-    values: bool = True,
-) -> bool:
-    """Record a parameter table (its values too, unless it is regenerated from
-    preset and seed); returns False when ``table_id`` is already stored."""
-    if scalar(con, "SELECT count(*) FROM param_tables WHERE table_id = ?", [table_id]):
-        return False
-    scalar(
-        con,
-        "INSERT INTO param_tables VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [table_id, table.mcpu, table.llvm_version, kind, preset, seed, parent_id, space_id, now(), note],
-    )
-    if values:
-        insert_new(
-            con,
-            "param_values",
-            table.to_frame().with_columns(pl.lit(table_id).alias("table_id")),
-            ["table_id", "opcode", "param", "idx"],
-        )
-    return True
-
-
-def stored_table(con: duckdb.DuckDBPyConnection, table_id: str) -> tuple[str, str, str, pl.DataFrame] | None:
-    """(mcpu, LLVM version, kind, values sorted by opcode, param, idx) of a stored
-    table; None when the id is not stored."""
-    meta = con.execute("SELECT mcpu, llvm_version, kind FROM param_tables WHERE table_id = ?", [table_id]).fetchall()
-    if not meta:
-        return None
-    values = con.sql(
-        "SELECT opcode, param, idx, value FROM param_values WHERE table_id = ? ORDER BY ALL", params=[table_id]
-    ).pl()
-    return *meta[0], values
-
-
-def load_table(db: Db, table_id: str) -> ParamTable:
-    """A stored default, learned or imported table."""
-    con = connect(db, read_only=True)
-    try:
-        stored = stored_table(con, table_id)
-    finally:
-        con.close()
-    if stored is None:
-        raise KeyError(f"no parameter table {table_id!r} in the warehouse")
-    mcpu, llvm_version, kind, values = stored
-    if values.is_empty():
-        raise KeyError(f"table {table_id!r} ({kind}) is regenerated from its preset and seed, not stored")
-    return ParamTable.from_frame(values, mcpu, llvm_version)
-
-
-def latest_learned(db: Db, mcpu: str) -> str | None:
-    """The id of the newest learned table of ``mcpu``."""
-    rows = query(
-        "SELECT table_id FROM param_tables WHERE kind = 'learned' AND mcpu = ? ORDER BY created_at DESC LIMIT 1",
-        db,
-        [mcpu],
-    )
-    return None if rows.is_empty() else rows["table_id"][0]
-
-
-def learned_through(db: Db, mcpu: str, surrogate_run_id: str) -> dict:
-    """table_id and note of the newest table learned through a surrogate run."""
-    rows = query(
-        "SELECT table_id, note FROM param_tables WHERE kind = 'learned' AND mcpu = ? AND note LIKE ? "
-        "ORDER BY created_at DESC LIMIT 1",
-        db,
-        [mcpu, f"%{surrogate_run_id}%"],
-    )
-    if rows.is_empty():
-        raise KeyError(f"no {mcpu} table learned through surrogate {surrogate_run_id}")
-    return rows.row(0, named=True)
-
-
-def table_note(db: Db, table_id: str) -> str | None:
-    rows = query("SELECT note FROM param_tables WHERE table_id = ?", db, [table_id])
-    return None if rows.is_empty() else rows["note"][0]
-
-
-# ---- simulations and surrogates ---------------------------------------------
-def simulated_pairs_done(db: Db, iterations: int, table_ids: list[str]) -> set[tuple[str, str]]:
-    """(block, table) pairs of ``table_ids`` already simulated, whatever their status."""
-    done = query(
-        "SELECT block_id, table_id FROM simulations WHERE iterations = ? AND table_id IN (SELECT unnest(?))",
-        db,
-        [iterations, table_ids],
-    )
-    return set(zip(done["block_id"].to_list(), done["table_id"].to_list()))
-
-
-def simulated_cycles(db: Db, iterations: int, table_ids: list[str]) -> pl.DataFrame:
-    """block_id, table_id, cycles of the pairs the engine simulated successfully."""
-    return query(
-        "SELECT block_id, table_id, cycles FROM simulations WHERE status = 'ok' AND iterations = ? "
-        "AND table_id IN (SELECT unnest(?)) ORDER BY block_id, table_id",
-        db,
-        [iterations, table_ids],
-    )
-
-
-def simulation_totals(db: Db, table_ids: list[str]) -> tuple:
-    """(pairs, sum of cycles) simulated successfully under ``table_ids``: what a surrogate trained on."""
-    return query(
-        "SELECT count(*) AS n, sum(cycles) AS s FROM simulations WHERE status = 'ok' "
-        "AND table_id IN (SELECT unnest(?))",
-        db,
-        [table_ids],
-    ).row(0)
-
-
-def surrogate_run(db: Db, run_id: str) -> dict | None:
-    rows = query("SELECT * FROM surrogate_runs WHERE run_id = ?", db, [run_id])
-    return None if rows.is_empty() else rows.row(0, named=True)
-
-
-def surrogate_runs(db: Db, mcpu: str, model: str) -> list[dict]:
-    """Runs of one model for ``mcpu``, newest first."""
-    return query(
-        "SELECT * FROM surrogate_runs WHERE mcpu = ? AND model = ? ORDER BY created_at DESC", db, [mcpu, model]
-    ).to_dicts()
-
-
-def surrogate_summary(db: Db) -> pl.DataFrame:
-    return query(
-        "SELECT run_id, mcpu, model, n_train, round(100 * heldout_mape, 2) AS heldout_mape_pct, "
-        "heldout_kendall_tau, round(train_seconds, 1) AS train_seconds, created_at "
-        "FROM surrogate_runs ORDER BY created_at DESC",
-        db,
-    )
-
-
-# ---- features, predictions, evaluations -------------------------------------
-def feature_block_ids(db: Db, table_id: str) -> set[str]:
-    return set(query("SELECT block_id FROM block_features WHERE table_id = ?", db, [table_id])["block_id"])
-
-
-def bottlenecks(db: Db, table_id: str) -> pl.DataFrame:
-    return query("SELECT block_id, bottleneck FROM block_features WHERE table_id = ?", db, [table_id])
-
-
-def bottleneck_counts(db: Db, table_id: str) -> pl.DataFrame:
-    return query(
-        "SELECT bottleneck, count(*) AS n FROM block_features WHERE table_id = ? GROUP BY 1 ORDER BY n DESC",
-        db,
-        [table_id],
-    )
-
-
-def predictions(db: Db, table_id: str, iterations: int = 100) -> pl.DataFrame:
-    return query(
-        "SELECT block_id, cycles FROM predictions WHERE table_id = ? AND iterations = ?", db, [table_id, iterations]
-    )
-
-
-def evaluated(db: Db, table_id: str, uarch: str) -> bool:
-    return not query("SELECT 1 FROM evaluations WHERE table_id = ? AND uarch = ?", db, [table_id, uarch]).is_empty()
-
-
-def evaluations(db: Db, uarch: str, table_ids: list[str]) -> pl.DataFrame:
-    return query(
-        "SELECT * FROM evaluations WHERE uarch = ? AND table_id IN (SELECT unnest(?)) ORDER BY split, slice, table_id",
-        db,
-        [uarch, table_ids],
-    )
-
-
-# ---- harness models --------------------------------------------------------------
 def harness_recorded(db: Db, harness: str) -> set[str]:
     """Blocks whose accesses are recorded under harness model ``harness``."""
     return set(query("SELECT block_id FROM block_harness WHERE harness = ?", db, [harness])["block_id"].to_list())
@@ -508,79 +310,4 @@ def aliasing_blocks(db: Db, harness: str) -> pl.DataFrame:
         """,
         db,
         [harness],
-    )
-
-
-def latest_default_model(db: Db, mcpu: str) -> tuple[str, tuple[str, ...]] | None:
-    """(table id, mechanisms) of the newest default table stored for ``mcpu``."""
-    rows = query(
-        """
-        WITH latest AS (SELECT table_id FROM param_tables WHERE kind = 'default' AND mcpu = ?
-                        ORDER BY created_at DESC LIMIT 1)
-        SELECT l.table_id, list(v.param ORDER BY v.param) FILTER (WHERE v.param LIKE 'mechanism:%') AS mechanisms
-        FROM latest l LEFT JOIN param_values v ON v.table_id = l.table_id AND v.opcode = '*' GROUP BY l.table_id
-        """,
-        db,
-        [mcpu],
-    )
-    if rows.is_empty():
-        return None
-    names = {m.split(":", 1)[1] for m in rows["mechanisms"].to_list()[0] or []}
-    return rows["table_id"][0], tuple(m for m in extended.MECHANISMS if m in names)
-
-
-# ---- comparisons: what the evaluation set side by side, and the results summary ----
-def record_comparison(
-    con: duckdb.DuckDBPyConnection, uarch: str, llvm_mca_id: str, default_id: str, learned_id: str, model: str
-) -> None:
-    """What an evaluation compared; the newest row of a µarch is what ``results`` shows."""
-    con.execute(
-        "INSERT INTO comparisons VALUES (?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT DO UPDATE SET evaluated_at = excluded.evaluated_at",
-        [uarch, llvm_mca_id, default_id, learned_id, model, now()],
-    )
-
-
-def save_block_slices(con: duckdb.DuckDBPyConnection, uarch: str, memberships: pl.DataFrame) -> int:
-    """The µarch's slice memberships, replacing the last ones (a new default table moves blocks between slices)."""
-    con.execute("DELETE FROM block_slices WHERE uarch = ?", [uarch])
-    return insert_new(
-        con, "block_slices", memberships.with_columns(pl.lit(uarch).alias("uarch")), ["uarch", "block_id", "slice"]
-    )
-
-
-def has_block_slices(db: Db, uarch: str) -> bool:
-    return not query("SELECT 1 FROM block_slices WHERE uarch = ? LIMIT 1", db, [uarch]).is_empty()
-
-
-def block_slices(db: Db, uarch: str) -> pl.DataFrame:
-    return query("SELECT block_id, slice FROM block_slices WHERE uarch = ?", db, [uarch])
-
-
-def results(db: Db) -> pl.DataFrame:
-    """Per µarch with usable measurements: blocks measured, and from its newest
-    comparison the model chosen, the test blocks, and test MAPE and Kendall tau of
-    llvm-mca as shipped, LLVM's table under the chosen model, and the learned table
-    (nulls before any evaluation)."""
-    return query(
-        """
-        WITH latest AS (
-            SELECT * FROM comparisons
-            QUALIFY row_number() OVER (PARTITION BY uarch ORDER BY evaluated_at DESC) = 1),
-        measured AS (
-            SELECT m.uarch, count(DISTINCT m.block_id) AS blocks
-            FROM usable_measurements m JOIN blocks b USING (block_id) WHERE b.status = 'ok' GROUP BY m.uarch),
-        test AS (SELECT table_id, uarch, n, mape, kendall_tau FROM evaluations WHERE split = 'test' AND slice = 'all')
-        SELECT m.uarch, m.blocks, l.model, coalesce(e.n, d.n, x.n) AS test_blocks,
-               x.mape AS llvm_mca_mape, x.kendall_tau AS llvm_mca_tau,
-               d.mape AS default_mape, d.kendall_tau AS default_tau,
-               e.mape AS learned_mape, e.kendall_tau AS learned_tau,
-               l.llvm_mca_id, l.default_id, l.learned_id, l.evaluated_at
-        FROM measured m LEFT JOIN latest l USING (uarch)
-        LEFT JOIN test x ON x.uarch = m.uarch AND x.table_id = l.llvm_mca_id
-        LEFT JOIN test d ON d.uarch = m.uarch AND d.table_id = l.default_id
-        LEFT JOIN test e ON e.uarch = m.uarch AND e.table_id = l.learned_id
-        ORDER BY m.uarch
-        """,
-        db,
     )

@@ -1,0 +1,102 @@
+"""Statements of evaluation: block features, predictions, evaluations, the
+comparisons an evaluation set side by side and the results summary.
+
+Reads take the warehouse path and open it read-only; writes take the
+connection of an open ``writer()`` transaction."""
+
+from __future__ import annotations
+
+import duckdb
+import polars as pl
+
+from difftune_pipeline.warehouse.connection import Db, insert_new, now, query
+
+
+def feature_block_ids(db: Db, table_id: str) -> set[str]:
+    return set(query("SELECT block_id FROM block_features WHERE table_id = ?", db, [table_id])["block_id"])
+
+
+def bottlenecks(db: Db, table_id: str) -> pl.DataFrame:
+    return query("SELECT block_id, bottleneck FROM block_features WHERE table_id = ?", db, [table_id])
+
+
+def bottleneck_counts(db: Db, table_id: str) -> pl.DataFrame:
+    return query(
+        "SELECT bottleneck, count(*) AS n FROM block_features WHERE table_id = ? GROUP BY 1 ORDER BY n DESC",
+        db,
+        [table_id],
+    )
+
+
+def predictions(db: Db, table_id: str, iterations: int = 100) -> pl.DataFrame:
+    return query(
+        "SELECT block_id, cycles FROM predictions WHERE table_id = ? AND iterations = ?", db, [table_id, iterations]
+    )
+
+
+def evaluated(db: Db, table_id: str, uarch: str) -> bool:
+    return not query("SELECT 1 FROM evaluations WHERE table_id = ? AND uarch = ?", db, [table_id, uarch]).is_empty()
+
+
+def evaluations(db: Db, uarch: str, table_ids: list[str]) -> pl.DataFrame:
+    return query(
+        "SELECT * FROM evaluations WHERE uarch = ? AND table_id IN (SELECT unnest(?)) ORDER BY split, slice, table_id",
+        db,
+        [uarch, table_ids],
+    )
+
+
+def record_comparison(
+    con: duckdb.DuckDBPyConnection, uarch: str, llvm_mca_id: str, default_id: str, learned_id: str, model: str
+) -> None:
+    """What an evaluation compared; the newest row of a µarch is what ``results`` shows."""
+    con.execute(
+        "INSERT INTO comparisons VALUES (?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT DO UPDATE SET evaluated_at = excluded.evaluated_at",
+        [uarch, llvm_mca_id, default_id, learned_id, model, now()],
+    )
+
+
+def save_block_slices(con: duckdb.DuckDBPyConnection, uarch: str, memberships: pl.DataFrame) -> int:
+    """The µarch's slice memberships, replacing the last ones (a new default table moves blocks between slices)."""
+    con.execute("DELETE FROM block_slices WHERE uarch = ?", [uarch])
+    return insert_new(
+        con, "block_slices", memberships.with_columns(pl.lit(uarch).alias("uarch")), ["uarch", "block_id", "slice"]
+    )
+
+
+def has_block_slices(db: Db, uarch: str) -> bool:
+    return not query("SELECT 1 FROM block_slices WHERE uarch = ? LIMIT 1", db, [uarch]).is_empty()
+
+
+def block_slices(db: Db, uarch: str) -> pl.DataFrame:
+    return query("SELECT block_id, slice FROM block_slices WHERE uarch = ?", db, [uarch])
+
+
+def results(db: Db) -> pl.DataFrame:
+    """Per µarch with usable measurements: blocks measured, and from its newest
+    comparison the model chosen, the test blocks, and test MAPE and Kendall tau of
+    llvm-mca as shipped, LLVM's table under the chosen model, and the learned table
+    (nulls before any evaluation)."""
+    return query(
+        """
+        WITH latest AS (
+            SELECT * FROM comparisons
+            QUALIFY row_number() OVER (PARTITION BY uarch ORDER BY evaluated_at DESC) = 1),
+        measured AS (
+            SELECT m.uarch, count(DISTINCT m.block_id) AS blocks
+            FROM usable_measurements m JOIN blocks b USING (block_id) WHERE b.status = 'ok' GROUP BY m.uarch),
+        test AS (SELECT table_id, uarch, n, mape, kendall_tau FROM evaluations WHERE split = 'test' AND slice = 'all')
+        SELECT m.uarch, m.blocks, l.model, coalesce(e.n, d.n, x.n) AS test_blocks,
+               x.mape AS llvm_mca_mape, x.kendall_tau AS llvm_mca_tau,
+               d.mape AS default_mape, d.kendall_tau AS default_tau,
+               e.mape AS learned_mape, e.kendall_tau AS learned_tau,
+               l.llvm_mca_id, l.default_id, l.learned_id, l.evaluated_at
+        FROM measured m LEFT JOIN latest l USING (uarch)
+        LEFT JOIN test x ON x.uarch = m.uarch AND x.table_id = l.llvm_mca_id
+        LEFT JOIN test d ON d.uarch = m.uarch AND d.table_id = l.default_id
+        LEFT JOIN test e ON e.uarch = m.uarch AND e.table_id = l.learned_id
+        ORDER BY m.uarch
+        """,
+        db,
+    )
