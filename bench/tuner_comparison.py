@@ -36,7 +36,7 @@ from difftune_pipeline.surrogates.structured import StructuredSurrogate
 from difftune_pipeline.tuners import Problem, SurrogateView
 from difftune_pipeline.tuners.gradient import SurrogateTuner
 from difftune_pipeline.tuners.search import DirectSearch
-from difftune_pipeline.warehouse import ingestion, simulations
+from difftune_pipeline.warehouse import ingestion, simulations, tables
 
 OUT = Path(__file__).parent / "out"
 
@@ -80,7 +80,7 @@ def main() -> None:
     settings = settings_for("full", {"tune.steps": args.tune_steps})
     ctx = StepContext(args.db, Engine(args.mcpu), settings)
     space, default, train_blocks = ctx.space()
-    tables = ctx.sampled_tables(space)
+    sampled = ctx.sampled_tables(space)
     train_frame, _ = ctx.blocks("train")
     test_frame, test_blocks = ctx.blocks("test")
     default_id, default_all = ctx.default_table()
@@ -89,8 +89,8 @@ def main() -> None:
     val = lambda t: ctx.score(t, "val")[0]  # noqa: E731
     blocks = [train_blocks[b] for b in train_frame["block_id"]]
     problem = Problem(ctx.engine, blocks, measured, default_all, val)
-    rate = simulation_rate(ctx, space, default, tables, train_blocks)
-    n_sims = simulations.simulation_totals(args.db, [t.table_id for t in tables])[0]
+    rate = simulation_rate(ctx, space, default, sampled, train_blocks)
+    n_sims = simulations.simulation_totals(args.db, [t.table_id for t in sampled])[0]
     budget = args.budget or n_sims
     dataset_seconds = n_sims / rate
     print(
@@ -127,7 +127,7 @@ def main() -> None:
         lambda table_id: simulations.simulated_cycles(args.db, settings.iterations, [table_id]),
         space,
         default,
-        tables,
+        sampled,
         list(train_blocks),
     )
     seconds = min(lstm["train_seconds"], args.structured_seconds)

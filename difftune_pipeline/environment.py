@@ -76,6 +76,7 @@ def read(env: Mapping[str, str] = os.environ, *, probe: bool = False) -> Environ
     workers = env.get("DIFFTUNE_RAY_WORKERS") or "0"
     if not re.fullmatch(r"[0-9]{1,6}", workers):
         raise _refused("DIFFTUNE_RAY_WORKERS", workers, "a number of workers, 0 for one per free CPU")
+    simulations_root(env)
     if probe:
         torch_device(env.get("DIFFTUNE_TORCH_DEVICE", ""))
         if compute == "ray":
@@ -115,6 +116,22 @@ def warehouse_path(env: Mapping[str, str] = os.environ) -> Path:
     from difftune_pipeline.warehouse import DEFAULT_PATH
 
     return Path(env.get("DIFFTUNE_WAREHOUSE") or DEFAULT_PATH)
+
+
+def simulations_root(env: Mapping[str, str] = os.environ) -> str:
+    """Where simulated chunks are written: ``DIFFTUNE_SIMULATIONS`` (a folder, or a URI
+    pyarrow's filesystems open: ``s3://bucket/prefix``…), else beside the warehouse ("")."""
+    root = env.get("DIFFTUNE_SIMULATIONS", "")
+    if root:
+        from difftune_pipeline.warehouse.simulation_files import filesystem
+
+        try:
+            filesystem(root)
+        except (ValueError, OSError, ImportError) as exc:
+            raise _refused(
+                "DIFFTUNE_SIMULATIONS", root, f"a folder or a URI pyarrow opens (file://, s3://, gs://, hdfs://): {exc}"
+            ) from None
+    return root
 
 
 def inbox_path(env: Mapping[str, str] = os.environ) -> Path:

@@ -37,7 +37,9 @@ def _ctx(
             "partitions: the shard count is fixed by the partitions"
         )
     mcpu = uarch_of(context)
-    return steps.StepContext(warehouse.path, compute.engine(mcpu) if compute else engine.get(mcpu), chosen)
+    return steps.StepContext(
+        warehouse.path, compute.engine(mcpu) if compute else engine.get(mcpu), chosen, warehouse.simulations
+    )
 
 
 @dg.asset(

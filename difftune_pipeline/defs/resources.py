@@ -43,9 +43,11 @@ class Inbox(dg.ConfigurableResource):
 
 
 class Warehouse(dg.ConfigurableResource):
-    """The DuckDB warehouse file; writers are short transactions, queries read-only."""
+    """The DuckDB warehouse file; writers are short transactions, queries read-only.
+    ``simulations``: where simulated chunks' Parquet files go (empty: beside the file)."""
 
     path: str = str(DEFAULT_PATH)
+    simulations: str = ""
 
 
 # Decoding x86 does not depend on the CPU model: ingestion decodes with this one.
@@ -146,7 +148,7 @@ def resources() -> dg.Definitions:
     settings = settings_from_env()
     return dg.Definitions(
         resources={
-            "warehouse": Warehouse(path=str(environment.warehouse_path())),
+            "warehouse": Warehouse(path=str(environment.warehouse_path()), simulations=environment.simulations_root()),
             "engine": EngineResource(),
             "compute": compute_from_env(),
             "sources": DataSources.for_profile(settings.profile, os.environ.get("DIFFTUNE_DATA_DIR")),

@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -21,6 +23,7 @@ from difftune_pipeline.engine.table import ParamTable, canonical_row
 from difftune_pipeline.engine.trace import Trace
 
 LLVM_VERSION: str = _engine.LLVM_VERSION
+T = TypeVar("T")
 LLVM_MCA = Path(_engine.LLVM_BIN_DIR) / "llvm-mca"
 # Valid parameter ranges, name -> (min, max): the engine's own, which compile() enforces.
 LIMITS: dict[str, tuple[int, int]] = dict(_engine.LIMITS)
@@ -225,6 +228,32 @@ class Engine:
             for i, st in zip(np.nonzero(run)[0].tolist(), got_status):
                 status[i] = st
         return SimResult(cycles, list(status))
+
+    def simulate_chunks(
+        self,
+        blocks: list[Block],
+        chunks: Iterable[tuple[ParamTable | None, Sequence[int], object]],
+        write: Callable[[object, np.ndarray, list[str]], T],
+        *,
+        iterations: int = DEFAULT_ITERATIONS,
+        cycle_cap: int = DEFAULT_CYCLE_CAP,
+        fast_forward: bool = False,
+    ) -> Iterator[T]:
+        """Chunks ``(table, block_idx, payload)``: blocks ``blocks[block_idx]`` under
+        one table, each handed with its result to ``write(payload, cycles, status)``
+        in the process that simulated it; yields what ``write`` returns, as chunks
+        finish. Here: in this process, a chunk at a time on every thread."""
+        for table, block_idx, payload in chunks:
+            result = self.simulate_pairs(
+                blocks,
+                [table],
+                block_idx,
+                np.zeros(len(block_idx), dtype=np.int64),
+                iterations=iterations,
+                cycle_cap=cycle_cap,
+                fast_forward=fast_forward,
+            )
+            yield write(payload, result.cycles, result.status)
 
     def trace(
         self,

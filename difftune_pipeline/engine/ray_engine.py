@@ -22,7 +22,7 @@ import math
 import os
 import socket
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from difftune_pipeline.engine import DEFAULT_CYCLE_CAP, DEFAULT_ITERATIONS, Bloc
 MIN_CHUNK = 64  # pairs per task at least: a task costs about a millisecond of Ray's time
 SHIPPED_LISTS = 4  # block lists kept in the object store (a search reuses one for thousands of calls)
 PROBE_SECONDS = 5.0  # a cluster's address must answer this fast
+IN_FLIGHT = 2  # chunks queued per worker: one running, one waiting
 RETRIES = 3  # restarts of a worker, and retries of its task, before a call fails
 
 
@@ -107,6 +108,16 @@ def _worker_class():
                 fast_forward=fast_forward,
             )
             return result.cycles, result.status
+
+        def simulate_chunk(
+            self, mcpu, key, shipped, table, block_idx, iterations, cycle_cap, fast_forward, write, payload
+        ):
+            """One chunk under one table, handed to ``write`` here, in the worker."""
+            cycles, status = self.simulate(
+                mcpu, key, shipped, [table], block_idx, np.zeros(len(block_idx), dtype=np.int64),
+                iterations, cycle_cap, fast_forward,
+            )  # fmt: skip
+            return write(payload, cycles, status)
 
     return SimulationWorker
 
@@ -243,3 +254,47 @@ class RayEngine(Engine):
         self.pool.tasks += len(futures)
         parts = ray.get(futures)
         return SimResult(np.concatenate([c for c, _ in parts]), [s for _, st in parts for s in st])
+
+    def simulate_chunks(
+        self,
+        blocks: list[Block],
+        chunks: Iterable[tuple[ParamTable | None, Sequence[int], object]],
+        write: Callable,
+        *,
+        iterations: int = DEFAULT_ITERATIONS,
+        cycle_cap: int = DEFAULT_CYCLE_CAP,
+        fast_forward: bool = False,
+    ) -> Iterator:
+        """As ``Engine.simulate_chunks``, each chunk a task of the least busy worker,
+        which calls ``write`` itself (a Parquet file written where it was computed);
+        ``IN_FLIGHT`` chunks per worker at most, so the chunks are read lazily. A
+        table is put in the object store once for its consecutive chunks."""
+        import ray
+
+        key, ref = self._ship(blocks)
+        workers = self.pool.live()
+        busy = dict.fromkeys(range(len(workers)), 0)
+        running: dict = {}  # future -> worker index
+        table_ref = (None, None)
+
+        def finished(wait_for: int):
+            done, _ = ray.wait(list(running), num_returns=wait_for)
+            for future in done:
+                busy[running.pop(future)] -= 1
+            return ray.get(done)
+
+        for table, block_idx, payload in chunks:
+            if table_ref[0] is not table:
+                table_ref = (table, ray.put(self._sparse(table)))
+            w = min(busy, key=busy.get)
+            future = workers[w].simulate_chunk.remote(
+                self.mcpu, key, [ref], table_ref[1], np.asarray(block_idx, dtype=np.int64),
+                iterations, cycle_cap, fast_forward, write, payload,
+            )  # fmt: skip
+            running[future] = w
+            busy[w] += 1
+            self.pool.tasks += 1
+            if len(running) >= IN_FLIGHT * len(workers):
+                yield from finished(1)
+        while running:
+            yield from finished(1)

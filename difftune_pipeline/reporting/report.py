@@ -24,7 +24,7 @@ from difftune_pipeline.reporting.compare import (
     worse_summary,
 )
 from difftune_pipeline.reporting.explain import change_text, explain, notable
-from difftune_pipeline.warehouse import evaluation, simulations
+from difftune_pipeline.warehouse import evaluation, simulations, tables
 
 # The GPGPU-Sim validation on ML workloads (Khairy et al.) reports the simulator
 # within this error of hardware; the report sets the ML-kernel slices beside it.
@@ -60,11 +60,11 @@ def _pct(frame: pl.DataFrame) -> pl.DataFrame:
 def uarch_section(db, row: dict) -> str:
     """One µarch's section from its newest comparison (``evaluation.results``' row)."""
     uarch = row["uarch"]
-    tables = {"llvm-mca": row["llvm_mca_id"], "default": row["default_id"], "learned": row["learned_id"]}
-    evals = evaluation.evaluations(db, uarch, list(tables.values()))
+    compared = {"llvm-mca": row["llvm_mca_id"], "default": row["default_id"], "learned": row["learned_id"]}
+    evals = evaluation.evaluations(db, uarch, list(compared.values()))
     if row["learned_id"] is None or evals.is_empty():
         return f"<h2>{html.escape(uarch)}</h2><p>Not evaluated yet: materialise <code>evaluation</code>.</p>"
-    predicted, comparison = three_tables(db, uarch, tables, evals)
+    predicted, comparison = three_tables(db, uarch, compared, evals)
     table = _pct(comparison)
     test = table.filter(pl.col("split") == "test")
     ml = test.filter(pl.col("slice").str.starts_with("ml:")).with_columns(
@@ -72,7 +72,7 @@ def uarch_section(db, row: dict) -> str:
     )
     note = tables.table_note(db, row["learned_id"])
     tuner = json.loads(note).get("tuner", "surrogate") if note else "unknown"
-    code = {name: f"<code>{html.escape(table_id)}</code>" for name, table_id in tables.items()}
+    code = {name: f"<code>{html.escape(table_id)}</code>" for name, table_id in compared.items()}
     parts = [
         f"<h2>-mcpu={html.escape(uarch)}</h2>",
         f"<p>Three tables side by side: <b>llvm-mca</b>, llvm-mca as shipped (LLVM's table under llvm-mca's own"

@@ -18,7 +18,7 @@ from difftune_pipeline.engine import Engine, ParamTable, extended
 from difftune_pipeline.model.metrics import kendall_tau, mape
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.model.sampling import SampledTable, sampled_tables
-from difftune_pipeline.warehouse import ingestion, tables
+from difftune_pipeline.warehouse import ingestion, simulation_files, tables
 
 SPLITS = ("train", "val", "test")
 
@@ -48,11 +48,16 @@ class StepContext:
     db: str
     engine: Engine
     settings: Settings
+    simulations: str = ""  # the simulations' dataset folder or URI; empty: beside the warehouse
     _views: dict = field(default_factory=dict, repr=False)
 
     @property
     def uarch(self) -> str:
         return self.engine.mcpu
+
+    @property
+    def simulation_root(self) -> str:
+        return self.simulations or simulation_files.default_root(self.db)
 
     @property
     def models_dir(self) -> Path:

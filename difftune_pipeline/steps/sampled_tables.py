@@ -4,31 +4,22 @@ parameter space; only their ids are stored, their values are regenerated."""
 from __future__ import annotations
 
 from difftune_pipeline.steps.context import StepContext, fingerprint
-from difftune_pipeline.warehouse import writer
+from difftune_pipeline.warehouse import tables, writer
 
 
 def sampled_tables(ctx: StepContext) -> dict:
     space, default, train = ctx.space()
-    tables = ctx.sampled_tables(space)
+    sampled = ctx.sampled_tables(space)
     with writer(ctx.db) as con:
         new = sum(
-            tables.save_table(
-                con,
-                t.table_id,
-                default,
-                kind="sampled",
-                preset=t.preset,
-                seed=t.seed,
-                space_id=space.fingerprint(),
-                values=False,
-            )
-            for t in tables
+            tables.save_sampled(con, t.table_id, ctx.uarch, default.llvm_version, t.preset, t.seed, space.fingerprint())
+            for t in sampled
         )
     return {
         "space_id": space.fingerprint(),
         "rows": len(space.keys),
         "columns": space.width,
-        "tables": len(tables),
+        "tables": len(sampled),
         "new_tables": new,
-        "data_version": fingerprint([t.table_id for t in tables], sorted(train)),
+        "data_version": fingerprint([t.table_id for t in sampled], sorted(train)),
     }

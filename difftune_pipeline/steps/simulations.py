@@ -1,62 +1,74 @@
 """(train block, sampled table) pairs through the engine, one shard of the
-tables at a time. Pairs are planned table by table and simulated in chunks,
-each written in its own transaction, skipping the pairs already stored: an
-interrupted run resumes without repeating or duplicating work, and memory holds
-two chunks, not the shard. The next chunk is simulated while the last one is
-written, so the one writer costs time only once it is slower than the engine."""
+tables at a time, in chunks of one table's blocks. Whoever simulates a chunk
+(a Ray worker, or this process) writes it as a Parquet file
+(``warehouse.simulation_files``); this step only records which chunks exist, a
+short transaction per batch of finished chunks, so no single writer limits how
+many workers simulate. A chunk's file is named by what it simulated, and the
+chunks are cut the same way on every run from the pairs not yet recorded: a
+killed worker's chunk is simulated again into the same file, and a killed step
+resumes without repeating a recorded chunk or recording one twice."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 
-import polars as pl
-
-from difftune_pipeline.model.sampling import SampledTable, planned_blocks, shard_of, simulate
+from difftune_pipeline.model.sampling import SampledTable, planned_blocks, shard_of
 from difftune_pipeline.steps.context import StepContext, fingerprint
-from difftune_pipeline.warehouse import insert_new, simulations, tables, writer
+from difftune_pipeline.warehouse import simulations, tables, writer
+from difftune_pipeline.warehouse.simulation_files import Chunk, ChunkWriter, chunk_key
 
-CHUNK = 4000  # pairs per transaction
-PER_WORKER = 256  # pairs per worker in a chunk, at least: many workers get chunks big enough to share
+CHUNK = 512  # pairs per chunk: a worker's task of a second or two, and one file
+RECORD_EVERY = 2.0  # seconds between transactions that record finished chunks
 
 
-def _todo(ctx: StepContext, mine: list[SampledTable], block_ids: list[str], counts: dict) -> Iterator[tuple]:
-    """The shard's pairs not yet stored, table by table (one table's stored pairs read at a time)."""
+def _chunks(ctx: StepContext, space, default, mine: list[SampledTable], position: dict, size: int, counts: dict):
+    """(table, block positions, Chunk) of the shard's pairs not yet recorded, table by
+    table: each table's remaining planned blocks cut into ``size`` pairs."""
+    iterations = ctx.settings.iterations
     for t in mine:
-        planned = planned_blocks(t, block_ids, ctx.settings.blocks_per_table)
-        have = simulations.simulated_pairs_done(ctx.db, ctx.settings.iterations, [t.table_id])
+        planned = planned_blocks(t, sorted(position), ctx.settings.blocks_per_table)
+        have = simulations.simulated_pairs_done(ctx.db, iterations, [t.table_id])
+        todo = [b for b in planned if (b, t.table_id) not in have]
         counts["planned"] += len(planned)
-        counts["already_done"] += sum((b, t.table_id) in have for b in planned)
-        yield from ((b, t) for b in planned if (b, t.table_id) not in have)
+        counts["already_done"] += len(planned) - len(todo)
+        if not todo:
+            continue
+        table = space.sampled_table(t.preset, t.seed, default)
+        for start in range(0, len(todo), size):
+            piece = todo[start : start + size]
+            key = chunk_key(ctx.uarch, ctx.engine.llvm_version, iterations, t.table_id, piece)
+            yield table, [position[b] for b in piece], Chunk(key, t.table_id, piece)
 
 
-def simulate_shard(ctx: StepContext, shard: int, chunk: int | None = None) -> dict:
-    """Simulate a shard's pairs not yet stored, ``chunk`` pairs per transaction (by
-    default CHUNK, or PER_WORKER per simulation the engine runs at once if more)."""
+def simulate_shard(ctx: StepContext, shard: int, chunk: int = CHUNK) -> dict:
+    """Simulate a shard's pairs not yet recorded, ``chunk`` pairs per file."""
     space, default, blocks = ctx.space()
     mine = [t for t in ctx.sampled_tables(space) if shard_of(t.table_id, ctx.settings.shards) == shard]
-    iterations, label = ctx.settings.iterations, f"shard-{shard}"
-    # sized on the first pair to simulate: asking a Ray engine its workers connects to the cluster
-    size = (lambda: chunk) if chunk else (lambda: max(CHUNK, PER_WORKER * ctx.engine.parallelism))
+    by_id = {t.table_id: t for t in mine}
+    iterations = ctx.settings.iterations
     ids = sorted(blocks)
-    every = ([blocks[b] for b in ids], {b: i for i, b in enumerate(ids)})  # one list for every chunk
-    t0 = time.perf_counter()
+    files = ChunkWriter(
+        ctx.simulation_root, str(ctx.db), ctx.uarch, ctx.engine.llvm_version, iterations, f"shard-{shard}"
+    )
+    started, t0 = time.time(), time.perf_counter()
     counts = {"planned": 0, "already_done": 0}
-    written, pending = 0, None
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="simulate") as ahead:
-        for part in _chunks(_todo(ctx, mine, ids, counts), size):
-            simulating = ahead.submit(_simulate_chunk, ctx, part, space, default, every, iterations, label)
-            if pending is not None:
-                written += _store(ctx, space, *pending.result())
-            pending = simulating
-        if pending is not None:
-            written += _store(ctx, space, *pending.result())
+    written, finished, last = 0, [], time.perf_counter()
+    todo: Iterator = _chunks(ctx, space, default, mine, {b: i for i, b in enumerate(ids)}, chunk, counts)
+    try:
+        for record in ctx.engine.simulate_chunks([blocks[b] for b in ids], todo, files, iterations=iterations):
+            finished.append(record)
+            if time.perf_counter() - last >= RECORD_EVERY:
+                written += _record(ctx, space, by_id, finished)
+                finished, last = [], time.perf_counter()
+    finally:  # an interrupted step still records the chunks whose files are written
+        written += _record(ctx, space, by_id, finished)
     elapsed = time.perf_counter() - t0
     return {
         **counts,
         "simulated": written,
         "tables": len(mine),
+        "stale_files_removed": files.remove_stale(started),
         "seconds": round(elapsed, 1),
         "pairs_per_second": round(written / elapsed, 1) if written else 0.0,
         # what the shard holds: its tables over the train blocks (sampled_tables' version names both)
@@ -66,40 +78,15 @@ def simulate_shard(ctx: StepContext, shard: int, chunk: int | None = None) -> di
     }
 
 
-def _chunks(pairs: Iterator[tuple], size: Callable[[], int]) -> Iterator[list]:
-    part, n = [], 0
-    for pair in pairs:
-        part.append(pair)
-        n = n or size()
-        if len(part) == n:
-            yield part
-            part = []
-    if part:
-        yield part
-
-
-def _simulate_chunk(
-    ctx: StepContext, part: list, space, default, every: tuple, iterations: int, label: str
-) -> tuple[list, dict, pl.DataFrame]:
-    """One chunk through the engine: (its tables, their regenerated values, its rows)."""
-    needed = list(dict.fromkeys(t for _, t in part))
-    regenerated = {t.table_id: space.sampled_table(t.preset, t.seed, default) for t in needed}
-    frame = simulate(ctx.engine, part, regenerated, *every, iterations).with_columns(pl.lit(label).alias("shard"))
-    return needed, regenerated, frame
-
-
-def _store(ctx: StepContext, space, needed: list, regenerated: dict, frame: pl.DataFrame) -> int:
-    """A simulated chunk and its tables' ids, in one transaction; returns the rows added."""
+def _record(ctx: StepContext, space, by_id: dict[str, SampledTable], records: list[dict]) -> int:
+    """Finished chunks and their tables' ids, in one transaction; returns the rows recorded."""
+    if not records:
+        return 0
     with writer(ctx.db) as con:
-        for t in needed:
-            tables.save_table(
-                con,
-                t.table_id,
-                regenerated[t.table_id],
-                kind="sampled",
-                preset=t.preset,
-                seed=t.seed,
-                space_id=space.fingerprint(),
-                values=False,
+        for table_id in dict.fromkeys(r["table_id"] for r in records):
+            t = by_id[table_id]
+            tables.save_sampled(
+                con, table_id, ctx.uarch, ctx.engine.llvm_version, t.preset, t.seed, space.fingerprint()
             )
-        return insert_new(con, "simulations", frame, ["block_id", "table_id", "iterations"])
+        simulations.record_chunks(con, records)
+    return sum(r["rows"] for r in records)

@@ -127,7 +127,7 @@ def connect(path: str | Path = DEFAULT_PATH, *, read_only: bool = False) -> duck
         if version == 0 and scalar(con, "SELECT count(*) FROM duckdb_tables()"):
             raise ValueError(f"{path} is a DuckDB file of something else (it has no schema_version): not touched")
         if version < len(MIGRATIONS):
-            migrate(con)
+            migrate(con, path)
     except BaseException:
         con.close()
         raise
@@ -175,9 +175,24 @@ def query(sql: str, path: str | Path = DEFAULT_PATH, params: list | None = None)
     """Run one statement on a read-only connection: a query can never write."""
     con = connect(path, read_only=True)
     try:
+        _with_simulations(con, path, sql)
         return con.sql(sql, params=params or None).pl()
     finally:
         con.close()
+
+
+def _with_simulations(con: duckdb.DuckDBPyConnection, path: str | Path, sql: str) -> None:
+    """A statement that reads ``simulations`` reads the recorded chunks' Parquet files
+    (``simulation_files``): the view is given to its connection, over the files recorded now."""
+    try:
+        reads = "simulations" in duckdb.get_table_names(sql)
+    except duckdb.Error:
+        reads = True  # not parsed here: DuckDB says what is wrong with it when it runs
+    if reads:
+        from difftune_pipeline.warehouse import simulation_files
+
+        files = [file for (file,) in con.execute("SELECT file FROM simulation_chunks").fetchall()]
+        simulation_files.register(con, path, files)
 
 
 EXPLAIN = re.compile(r"^\s*explain\s+(analy[sz]e\s+)?", re.IGNORECASE)
@@ -218,6 +233,7 @@ def user_query(
     con = connect(path, read_only=True)
     timer = threading.Timer(timeout, con.interrupt) if timeout else None
     try:
+        _with_simulations(con, path, sql)
         if timer is not None:
             timer.start()
         result = con.sql(sql)

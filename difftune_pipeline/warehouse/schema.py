@@ -3,10 +3,60 @@ each in its own transaction, so an old warehouse file is upgraded in place."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import duckdb
 
+from difftune_pipeline.warehouse.simulation_files import CHUNK_COLUMNS, SCHEMA, ChunkWriter, chunk_key, default_root
+
+
+def _simulations_as_files(con: duckdb.DuckDBPyConnection, db: Path) -> None:
+    """Simulations move from a table to Parquet files recorded in ``simulation_chunks``
+    (``simulation_files``): each (table, shard) of the old table becomes one chunk's file
+    beside the warehouse, and the table is dropped."""
+    con.execute(
+        """
+        CREATE TABLE simulation_chunks (
+            chunk_key  VARCHAR PRIMARY KEY,   -- what it simulated: µarch, LLVM, iterations, table, its blocks
+            mcpu       VARCHAR NOT NULL,
+            table_id   VARCHAR NOT NULL,
+            iterations INTEGER NOT NULL,
+            shard      VARCHAR NOT NULL,
+            file       VARCHAR NOT NULL,      -- relative to the warehouse's folder, or a URI
+            rows       BIGINT NOT NULL,
+            failed     BIGINT NOT NULL,       -- rows whose status is not ok
+            bytes      BIGINT NOT NULL,
+            sha256     VARCHAR NOT NULL,      -- of the file's bytes
+            recorded_at TIMESTAMP NOT NULL
+        )
+        """
+    )
+    if not con.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = 'simulations'").fetchall():
+        return
+    groups = con.execute(
+        "SELECT DISTINCT mcpu, llvm_version, iterations, table_id, shard FROM simulations ORDER BY ALL"
+    ).fetchall()
+    root = default_root(db)
+    for mcpu, llvm_version, iterations, table_id, shard in groups:
+        frame = con.execute(
+            f"SELECT {', '.join(SCHEMA.names)} FROM simulations WHERE mcpu = ? AND llvm_version = ? "
+            "AND iterations = ? AND table_id = ? AND shard = ? ORDER BY block_id",
+            [mcpu, llvm_version, iterations, table_id, shard],
+        ).arrow()
+        frame = frame.read_all() if hasattr(frame, "read_all") else frame
+        frame = frame.cast(SCHEMA)
+        key = chunk_key(mcpu, llvm_version, iterations, table_id, frame["block_id"].to_pylist())
+        record = ChunkWriter(root, str(db), mcpu, llvm_version, iterations, shard).write(key, table_id, frame)
+        con.execute(
+            "INSERT INTO simulation_chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now()::TIMESTAMP)",
+            [record[c] for c in CHUNK_COLUMNS],
+        )
+    con.execute("DROP TABLE simulations")
+
+
 # Each entry migrates the schema from version i to i + 1.
-MIGRATIONS: list[str] = [
+MIGRATIONS: list[str | Callable[[duckdb.DuckDBPyConnection, Path], None]] = [
     """
     CREATE TABLE blocks (
         block_id   VARCHAR PRIMARY KEY,   -- sha256 of the canonical lowercase hex, 16 hex digits
@@ -223,6 +273,7 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (uarch, block_id, slice)
     );
     """,
+    _simulations_as_files,
 ]
 
 
@@ -232,13 +283,17 @@ def schema_version(con: duckdb.DuckDBPyConnection) -> int:
     return rows[0][0] or 0
 
 
-def migrate(con: duckdb.DuckDBPyConnection) -> None:
-    """Bring the schema to the newest version, each step in its own transaction."""
+def migrate(con: duckdb.DuckDBPyConnection, db: Path) -> None:
+    """Bring the schema of warehouse file ``db`` to the newest version, each step
+    in its own transaction (a step that moves data out of the file is a function)."""
     version = schema_version(con)
-    for target, ddl in enumerate(MIGRATIONS[version:], start=version + 1):
+    for target, step in enumerate(MIGRATIONS[version:], start=version + 1):
         con.execute("BEGIN TRANSACTION")
         try:
-            con.execute(ddl)
+            if callable(step):
+                step(con, db)
+            else:
+                con.execute(step)
             con.execute("INSERT INTO schema_version VALUES (?)", [target])
             con.execute("COMMIT")
         except Exception:

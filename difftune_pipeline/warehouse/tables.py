@@ -28,10 +28,8 @@ def save_table(
     parent_id: str | None = None,
     space_id: str | None = None,
     note: str | None = None,
-    values: bool = True,
 ) -> bool:
-    """Record a parameter table (its values too, unless it is regenerated from
-    preset and seed); returns False when ``table_id`` is already stored."""
+    """Record a parameter table and its values; returns False when ``table_id`` is already stored."""
     if scalar(con, "SELECT count(*) FROM param_tables WHERE table_id = ?", [table_id]):
         return False
     scalar(
@@ -39,14 +37,27 @@ def save_table(
         "INSERT INTO param_tables VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [table_id, table.mcpu, table.llvm_version, kind, preset, seed, parent_id, space_id, now(), note],
     )
-    if values:
-        insert_new(
-            con,
-            "param_values",
-            table.to_frame().with_columns(pl.lit(table_id).alias("table_id")),
-            ["table_id", "opcode", "param", "idx"],
-        )
+    insert_new(
+        con,
+        "param_values",
+        table.to_frame().with_columns(pl.lit(table_id).alias("table_id")),
+        ["table_id", "opcode", "param", "idx"],
+    )
     return True
+
+
+def save_sampled(
+    con: duckdb.DuckDBPyConnection, table_id: str, mcpu: str, llvm_version: str, preset: str, seed: int, space_id: str
+) -> bool:
+    """Record a sampled table by its preset and seed (its values are regenerated
+    from them, never stored); returns False when ``table_id`` is already stored."""
+    return bool(
+        scalar(
+            con,
+            "INSERT INTO param_tables VALUES (?, ?, ?, 'sampled', ?, ?, NULL, ?, ?, NULL) ON CONFLICT DO NOTHING",
+            [table_id, mcpu, llvm_version, preset, seed, space_id, now()],
+        )
+    )
 
 
 def stored_table(con: duckdb.DuckDBPyConnection, table_id: str) -> tuple[str, str, str, pl.DataFrame] | None:

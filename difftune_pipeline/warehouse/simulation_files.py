@@ -1,0 +1,182 @@
+"""Simulated pairs as Parquet files, one per chunk, written by whoever simulated
+the chunk (a Ray worker, or this process) under a dataset folder: a local path,
+or a URI that pyarrow's filesystems open (``s3://…``, ``gs://…``, ``hdfs://…``).
+
+A chunk's file is named by its key, a fingerprint of what it simulated, so a
+chunk simulated again (a retried task, a resumed run) replaces its file and
+never adds a second one. It is written under a hidden temporary name and then
+renamed, so no reader ever sees half a file. The warehouse records each chunk
+(key, file, rows, checksum) in ``simulation_chunks``; only recorded files are
+read, through ``simulations``, a view each reading connection gets over them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+SCHEMA = pa.schema(
+    [
+        ("block_id", pa.string()),
+        ("table_id", pa.string()),
+        ("mcpu", pa.string()),
+        ("llvm_version", pa.string()),
+        ("iterations", pa.int32()),
+        ("cycles", pa.int64()),  # the engine's Total Cycles; null when status is not ok
+        ("status", pa.string()),
+        ("shard", pa.string()),
+    ]
+)
+# The columns of a chunk's record in ``simulation_chunks`` (less recorded_at).
+CHUNK_COLUMNS = ("chunk_key", "mcpu", "table_id", "iterations", "shard", "file", "rows", "failed", "bytes", "sha256")
+TEMPORARY = ".tmp"  # suffix of a file being written (hidden: its name starts with a dot)
+
+
+def default_root(db: str | Path) -> str:
+    """The dataset folder when none is set: ``simulations/`` beside the warehouse file."""
+    return str(Path(db).resolve().parent / "simulations")
+
+
+def filesystem(root: str) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path within it) of a local folder or a URI."""
+    if "://" not in root:
+        root = str(Path(root).resolve())
+    return pafs.FileSystem.from_uri(root)
+
+
+def chunk_key(mcpu: str, llvm_version: str, iterations: int, table_id: str, block_ids: list[str]) -> str:
+    """What a chunk simulated, as its file's name."""
+    text = json.dumps([mcpu, llvm_version, iterations, table_id, block_ids])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Pairs of one sampled table: its blocks, in the order they were simulated."""
+
+    key: str
+    table_id: str
+    block_ids: list[str]
+
+
+@dataclass(frozen=True)
+class ChunkWriter:
+    """Writes a simulated chunk as ``<root>/<mcpu>/<shard>/<key>.parquet`` and
+    returns its record for ``simulation_chunks``. Picklable: it travels to the
+    Ray worker that simulates the chunk, which writes the file itself. ``db``
+    is the warehouse file: a file under its folder is recorded relative to it."""
+
+    root: str
+    db: str
+    mcpu: str
+    llvm_version: str
+    iterations: int
+    shard: str
+
+    def __call__(self, chunk: Chunk, cycles: np.ndarray, status: list[str]) -> dict:
+        ok = [s == "ok" for s in status]
+        frame = pa.table(
+            {
+                "block_id": chunk.block_ids,
+                "table_id": [chunk.table_id] * len(chunk.block_ids),
+                "mcpu": [self.mcpu] * len(ok),
+                "llvm_version": [self.llvm_version] * len(ok),
+                "iterations": [self.iterations] * len(ok),
+                "cycles": pa.array(np.asarray(cycles, dtype=np.int64), mask=~np.asarray(ok, dtype=bool)),
+                "status": list(status),
+                "shard": [self.shard] * len(ok),
+            },
+            schema=SCHEMA,
+        )
+        return self.write(chunk.key, chunk.table_id, frame)
+
+    def write(self, key: str, table_id: str, frame: pa.Table) -> dict:
+        """``frame`` (rows of ``SCHEMA``) as the file of chunk ``key``: encoded in
+        memory, written under a temporary name, then renamed into place."""
+        encoded = pa.BufferOutputStream()
+        pq.write_table(frame, encoded)
+        data = encoded.getvalue()
+        fs, base = filesystem(self.root)
+        folder = posixpath.join(base, self.mcpu, self.shard)
+        fs.create_dir(folder, recursive=True)
+        final = posixpath.join(folder, f"{key}.parquet")
+        temporary = posixpath.join(folder, f".{key}.{uuid.uuid4().hex}{TEMPORARY}")
+        with fs.open_output_stream(temporary) as out:
+            out.write(data)
+        fs.move(temporary, final)
+        return {
+            "chunk_key": key,
+            "mcpu": self.mcpu,
+            "table_id": table_id,
+            "iterations": self.iterations,
+            "shard": self.shard,
+            "file": self._location(final),
+            "rows": frame.num_rows,
+            "failed": frame.num_rows - (pc.sum(pc.equal(frame["status"], "ok")).as_py() or 0),
+            "bytes": data.size,
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+
+    def _location(self, path: str) -> str:
+        """How the file is recorded: relative to the warehouse's folder when it lies under it
+        (the two move together), else the full URI or path."""
+        if "://" in self.root:
+            scheme = self.root.split("://", 1)[0]
+            return f"{scheme}://{path}"
+        folder = Path(self.db).resolve().parent
+        try:
+            return str(Path(path).relative_to(folder))
+        except ValueError:
+            return path
+
+    def remove_stale(self, before: float) -> int:
+        """Temporary files of this shard older than ``before`` (a writer killed
+        mid-file left them; no live writer is that old): removed, returns how many."""
+        fs, base = filesystem(self.root)
+        folder = posixpath.join(base, self.mcpu, self.shard)
+        removed = 0
+        for info in fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True)):
+            stale = info.mtime is not None and info.mtime.timestamp() < before
+            if info.base_name.endswith(TEMPORARY) and stale:
+                fs.delete_file(info.path)
+                removed += 1
+        return removed
+
+
+def resolve(db: str | Path, file: str) -> str:
+    """A recorded file's location: a URI as it is, a relative path under the warehouse's folder."""
+    if "://" in file or Path(file).is_absolute():
+        return file
+    return str(Path(db).resolve().parent / file)
+
+
+def dataset(db: str | Path, files: list[str]) -> ds.Dataset:
+    """The recorded ``files`` as one dataset, scanned lazily (a file is opened
+    only when a scan reaches it)."""
+    by_fs: dict[str, tuple[pafs.FileSystem, list[str]]] = {}
+    for file in files:
+        location = resolve(db, file)
+        fs, path = filesystem(location)
+        by_fs.setdefault(fs.type_name + ":" + location.split("://", 1)[0], (fs, []))[1].append(path)
+    fmt = ds.ParquetFileFormat()
+    parts = [ds.FileSystemDataset.from_paths(paths, SCHEMA, fmt, fs) for fs, paths in by_fs.values()]
+    if not parts:
+        return ds.FileSystemDataset.from_paths([], SCHEMA, fmt, pafs.LocalFileSystem())
+    return parts[0] if len(parts) == 1 else ds.UnionDataset(SCHEMA, parts)
+
+
+def register(con: duckdb.DuckDBPyConnection, db: str | Path, files: list[str]) -> None:
+    """``simulations`` on ``con``: the rows of the recorded ``files``."""
+    con.register("simulations", dataset(db, files))
