@@ -1,10 +1,8 @@
 """Simulations per second on this process's threads and on Ray workers, side by
 side on the same (block, sampled table) pairs (results must be identical); Ray's
-overhead per task; the single DuckDB writer's ingest rate into ``simulations``
-(empty, and holding ``--prefill`` rows); and from those, a projection of the
-wall time of BHive's full Haswell set (300,000 blocks x 64 tables) on 8, 32
-and 128 workers, and where the writer becomes the bottleneck (a shard writes
-one chunk while the next is simulated).
+overhead per task; and from those, a projection of the wall time of BHive's
+full Haswell set (300,000 blocks x 64 tables) on 8, 32 and 128 workers (where
+the recording of their chunks would limit them: bench/simulation_writes.py).
 
     .venv/bin/python bench/ray_scaling.py [--blocks 1000] [--tables 4] [--data ../shared/data]
 
@@ -13,20 +11,14 @@ that cluster.
 """
 
 import argparse
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
-import polars as pl
 from common import add_data_argument, bhive_blocks
 
 from difftune_pipeline.engine import Engine
 from difftune_pipeline.engine.ray_engine import RayEngine, WorkerPool
 from difftune_pipeline.model.params import ParamSpace
-from difftune_pipeline.steps.simulations import CHUNK
-from difftune_pipeline.warehouse import insert_new, writer
-from difftune_pipeline.warehouse.connection import connect
 
 FULL_PAIRS = 300_000 * 64
 
@@ -45,48 +37,11 @@ def repeated(fn, calls: int, *args, **kwargs) -> float:
     return 1000 * (time.perf_counter() - t0) / calls
 
 
-def writer_rate(rows: int, prefill: int) -> float:
-    """Rows/s of ``insert_new`` into ``simulations`` in CHUNK-row transactions, after ``prefill`` rows."""
-    with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "w.duckdb"
-        con = connect(db)  # creates the schema
-        if prefill:
-            con.execute(
-                "INSERT INTO simulations SELECT 'b' || (i % 300000), 't' || (i // 300000), 'haswell', '19', 100, "
-                "i % 1000, 'ok', 'shard-0' FROM range(?) r(i)",
-                [prefill],
-            )
-        con.close()
-        frames = [
-            pl.DataFrame(
-                {
-                    "block_id": [f"new{start + i}" for i in range(CHUNK)],
-                    "table_id": "perturb-0-haswell-0123456789abcdef",
-                    "mcpu": "haswell",
-                    "llvm_version": "19.1.7",
-                    "iterations": 100,
-                    "cycles": np.arange(CHUNK, dtype=np.int64),
-                    "status": "ok",
-                    "shard": "shard-0",
-                },
-                schema_overrides={"iterations": pl.Int32},
-            )
-            for start in range(0, rows, CHUNK)
-        ]
-        t0 = time.perf_counter()
-        for frame in frames:
-            with writer(db) as w:
-                insert_new(w, "simulations", frame, ["block_id", "table_id", "iterations"])
-        return len(frames) * CHUNK / (time.perf_counter() - t0)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--blocks", type=int, default=1000)
     parser.add_argument("--tables", type=int, default=4)
     parser.add_argument("--mcpu", default="haswell")
-    parser.add_argument("--writer-rows", type=int, default=100_000)
-    parser.add_argument("--prefill", type=int, default=5_000_000)
     add_data_argument(parser)
     args = parser.parse_args()
 
@@ -136,21 +91,12 @@ def main() -> None:
     for name, ms in overhead.items():
         print(f"Ray overhead, {name}: {ms:.2f}")
 
-    empty = writer_rate(args.writer_rows, 0)
-    full = writer_rate(args.writer_rows, args.prefill)
-    print(f"writer: {empty:,.0f} rows/s into an empty table, {full:,.0f} rows/s after {args.prefill:,} rows")
-
     per_worker = rates["ray x1"]
     print(f"\nprojection, {FULL_PAIRS:,} pairs (300,000 blocks x 64 tables), {per_worker:.0f} pairs/s per worker")
-    print("(a shard simulates the next chunk while it writes the last: wall = the larger of the two;")
-    print(" the writer's rate is the one measured on the larger table)")
-    print(f"{'workers':>8} {'simulate (h)':>13} {'write (h)':>10} {'wall (h)':>9}  bound by")
+    print("(each worker writes its own chunks: bench/simulation_writes.py measures where recording them limits)")
+    print(f"{'workers':>8} {'simulate (h)':>13}")
     for workers in (8, 32, 128):
-        sim = FULL_PAIRS / (per_worker * workers) / 3600
-        write = FULL_PAIRS / full / 3600
-        bound = "the writer" if write > sim else "the workers"
-        print(f"{workers:>8} {sim:13.2f} {write:10.2f} {max(sim, write):9.2f}  {bound}")
-    print(f"the writer becomes the bottleneck above {full / per_worker:.0f} workers")
+        print(f"{workers:>8} {FULL_PAIRS / (per_worker * workers) / 3600:13.2f}")
 
 
 if __name__ == "__main__":

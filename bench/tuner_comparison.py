@@ -30,8 +30,8 @@ from difftune_pipeline.config import override, settings_for
 from difftune_pipeline.engine import Engine
 from difftune_pipeline.model.metrics import kendall_tau, mape, metrics_by_slice, slices
 from difftune_pipeline.model.params import ParamSpace
-from difftune_pipeline.model.sampling import training_pairs
 from difftune_pipeline.steps import StepContext
+from difftune_pipeline.steps.surrogate import stored_pairs
 from difftune_pipeline.surrogates.structured import StructuredSurrogate
 from difftune_pipeline.tuners import Problem, SurrogateView
 from difftune_pipeline.tuners.gradient import SurrogateTuner
@@ -123,13 +123,7 @@ def main() -> None:
 
     # The structured surrogate: same simulations, the LSTM's training time (capped).
     t0 = time.perf_counter()
-    pairs = training_pairs(
-        lambda table_id: simulations.simulated_cycles(args.db, settings.iterations, [table_id]),
-        space,
-        default,
-        sampled,
-        list(train_blocks),
-    )
+    pairs = stored_pairs(ctx, space, default, sampled, list(train_blocks))
     seconds = min(lstm["train_seconds"], args.structured_seconds)
     structured = override(settings, {"structured.seconds": seconds, "structured.max_epochs": 1000}).structured
     model = StructuredSurrogate.create(list(space.keys), structured, [], ctx.engine.resources())

@@ -129,7 +129,9 @@ def simulations_root(env: Mapping[str, str] = os.environ) -> str:
             filesystem(root)
         except (ValueError, OSError, ImportError) as exc:
             raise _refused(
-                "DIFFTUNE_SIMULATIONS", root, f"a folder or a URI pyarrow opens (file://, s3://, gs://, hdfs://): {exc}"
+                "DIFFTUNE_SIMULATIONS",
+                root,
+                f"a folder or a URI pyarrow opens (s3://, gs://, hdfs://): {str(exc).splitlines()[0]}",
             ) from None
     return root
 

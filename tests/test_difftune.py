@@ -1,9 +1,13 @@
 """DiffTune steps end to end on the sample, idempotence, and resumable simulations."""
 
 import json
+import pickle
 import re
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -51,6 +55,13 @@ def fresh(haswell, warehouse) -> steps.StepContext:
     return _ingested(haswell, warehouse)
 
 
+def _copy(template: Path, db: Path) -> None:
+    """A warehouse is its file and the simulations' files beside it (recorded relative to it)."""
+    shutil.copy(template, db)
+    if (template.parent / "simulations").exists():
+        shutil.copytree(template.parent / "simulations", db.parent / "simulations")
+
+
 @pytest.fixture(scope="module")
 def chosen_template(haswell, tmp_path_factory) -> Path:
     """A warehouse whose accesses are recorded and whose model default_params chose."""
@@ -64,7 +75,7 @@ def chosen_template(haswell, tmp_path_factory) -> Path:
 def simulated_template(haswell, chosen_template, tmp_path_factory) -> Path:
     """That warehouse with the sampled tables simulated and the structured surrogate trained."""
     db = tmp_path_factory.mktemp("simulated") / "w.duckdb"
-    shutil.copy(chosen_template, db)
+    _copy(chosen_template, db)
     ctx = steps.StepContext(str(db), haswell, TINY)
     steps.sampled_tables(ctx)
     for s in range(2):
@@ -76,14 +87,14 @@ def simulated_template(haswell, chosen_template, tmp_path_factory) -> Path:
 @pytest.fixture
 def ctx(haswell, warehouse, chosen_template) -> steps.StepContext:
     """A copy of ``chosen_template``: each test changes its own warehouse."""
-    shutil.copy(chosen_template, warehouse)
+    _copy(chosen_template, warehouse)
     return steps.StepContext(str(warehouse), haswell, TINY)
 
 
 @pytest.fixture
 def simulated(haswell, warehouse, simulated_template) -> steps.StepContext:
     """A copy of ``simulated_template``."""
-    shutil.copy(simulated_template, warehouse)
+    _copy(simulated_template, warehouse)
     return steps.StepContext(str(warehouse), haswell, TINY)
 
 
@@ -189,6 +200,54 @@ def test_interrupted_simulation_resumes_without_loss_or_duplicates(ctx, warehous
         "SELECT count(*) FROM (SELECT block_id, table_id FROM simulations GROUP BY ALL HAVING count(*) > 1)", warehouse
     )
     assert dupes.item() == 0
+
+
+def test_a_killed_simulation_step_resumes_without_loss_or_duplicates(ctx, warehouse):
+    """SIGKILL the step while it simulates: the chunks it recorded stay, the files it
+    wrote but did not record are written again under the same names, nothing twice."""
+    steps.sampled_tables(ctx)
+    one = steps.StepContext(ctx.db, ctx.engine, override(TINY, {"shards": 1}))
+    one.model()
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, pickle; from difftune_pipeline import steps; from difftune_pipeline.engine import Engine; "
+            "steps.simulations.RECORD_EVERY = 0; "  # each chunk recorded as it finishes
+            "steps.simulate_shard(steps.StepContext(sys.argv[1], Engine('haswell'), pickle.loads(bytes.fromhex("
+            "sys.argv[2]))), 0, chunk=10)",
+            str(warehouse),
+            pickle.dumps(one.settings).hex(),
+        ]
+    )
+    deadline = time.monotonic() + 300
+    while _count(warehouse, "simulation_chunks") < 2 and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    child.send_signal(signal.SIGKILL)
+    assert child.wait() == -signal.SIGKILL
+    recorded = _count(warehouse, "simulations")
+    assert 0 < recorded < 600
+    out = steps.simulate_shard(one, 0, chunk=10)
+    assert (out["planned"], out["already_done"], out["simulated"]) == (600, recorded, 600 - recorded)
+    assert _count(warehouse, "simulations") == 600
+    dupes = store.query(
+        "SELECT count(*) FROM (SELECT block_id, table_id FROM simulations GROUP BY ALL HAVING count(*) > 1)", warehouse
+    )
+    assert dupes.item() == 0
+    files = {str(p.relative_to(warehouse.parent)) for p in (warehouse.parent / "simulations").rglob("*.parquet")}
+    assert files == set(store.query("SELECT file FROM simulation_chunks", warehouse)["file"])  # no orphan, no twin
+
+
+def test_a_chunk_file_deleted_or_truncated_is_simulated_again(ctx, warehouse):
+    steps.sampled_tables(ctx)
+    steps.simulate_shard(ctx, 0, chunk=40)
+    rows = store.query("SELECT * FROM simulations ORDER BY ALL", warehouse).rows()
+    files = sorted((warehouse.parent / "simulations").rglob("*.parquet"))
+    files[0].unlink()
+    files[1].write_bytes(files[1].read_bytes()[:100])  # a truncated file: not the size recorded
+    again = steps.simulate_shard(ctx, 0, chunk=40)
+    assert again["lost_chunks_redone"] == 2 and 0 < again["simulated"] <= 80
+    assert store.query("SELECT * FROM simulations ORDER BY ALL", warehouse).rows() == rows  # the same, once each
 
 
 @pytest.mark.browser

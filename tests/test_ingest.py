@@ -188,7 +188,9 @@ def test_tables_stored_before_the_failed_forwarding_penalty_load_with_its_defaul
     table = haswell.default_table().with_model(("memory",), "bhive")
     tables.save_table(con, "old", table, kind="imported")
     con.execute("DELETE FROM param_values WHERE param = 'store_forward_fail_penalty'")
-    penalty = next(i + 1 for i, ddl in enumerate(schema.MIGRATIONS) if "store_forward_fail_penalty" in ddl)
+    penalty = next(
+        i + 1 for i, ddl in enumerate(schema.MIGRATIONS) if isinstance(ddl, str) and "store_forward_fail_penalty" in ddl
+    )
     con.execute("DELETE FROM schema_version WHERE version >= ?", [penalty])  # as the version before it left it
     con.close()
     before = ParamTable.from_frame(
@@ -205,3 +207,29 @@ def test_schema_migrations_are_recorded(warehouse):
     schema.migrate(con)  # a second run changes nothing
     assert store.scalar(con, "SELECT count(*) FROM schema_version") == len(schema.MIGRATIONS)
     con.close()
+
+
+def test_simulations_of_an_older_warehouse_move_to_files_and_read_the_same(warehouse):
+    """The release before kept simulations in a table: its rows become one file per
+    (table, shard) beside the warehouse, recorded as chunks, and read back unchanged."""
+    con = store.connect(warehouse)
+    con.execute("DELETE FROM schema_version WHERE version >= ?", [len(schema.MIGRATIONS)])
+    con.execute("DROP TABLE simulation_chunks")
+    con.execute(
+        "CREATE TABLE simulations (block_id VARCHAR NOT NULL, table_id VARCHAR NOT NULL, mcpu VARCHAR NOT NULL, "
+        "llvm_version VARCHAR NOT NULL, iterations INTEGER NOT NULL, cycles BIGINT, status VARCHAR NOT NULL, "
+        "shard VARCHAR NOT NULL, PRIMARY KEY (block_id, table_id, iterations))"
+    )
+    con.execute(
+        "INSERT INTO simulations SELECT 'b' || i, 't' || (i % 3), 'haswell', '19', 100, "
+        "CASE WHEN i % 7 = 0 THEN NULL ELSE i * 10 END, CASE WHEN i % 7 = 0 THEN 'cycle cap' ELSE 'ok' END, "
+        "'shard-' || (i % 3 % 2) FROM range(1000) t(i)"
+    )
+    before = con.execute("SELECT * FROM simulations ORDER BY ALL").fetchall()
+    con.close()
+    after = store.query("SELECT * FROM simulations ORDER BY ALL", warehouse).rows()
+    assert after == before
+    chunks = store.query("SELECT table_id, shard, rows, failed, file FROM simulation_chunks ORDER BY ALL", warehouse)
+    assert chunks.height == 3 and chunks["rows"].sum() == 1000 and chunks["failed"].sum() == 143
+    assert all((warehouse.parent / f).exists() and not f.startswith("/") for f in chunks["file"])
+    assert _count(warehouse, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'simulations'") == 0

@@ -1,9 +1,11 @@
 """Simulations on Ray workers: the same results as the threads path, a killed
 worker loses nothing, and the Dagster resource chooses the path."""
 
+import dataclasses
+import functools
 import os
 import signal
-import threading
+import sys
 import time
 
 import numpy as np
@@ -18,6 +20,7 @@ from difftune_pipeline.engine import Engine, ParamTable
 from difftune_pipeline.engine.ray_engine import RayEngine, WorkerPool
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.warehouse import connection as store
+from difftune_pipeline.warehouse.simulation_files import ChunkWriter
 
 SETTINGS = settings_for("sample", {"tables_per_preset": 2, "blocks_per_table": 150, "shards": 1})
 
@@ -78,25 +81,40 @@ def test_a_ray_shard_equals_the_threads_shard(pool, haswell, tmp_path):
     assert _simulations(tmp_path / "threads.duckdb") == _simulations(tmp_path / "ray.duckdb")
 
 
-def test_a_worker_killed_mid_shard_loses_and_duplicates_nothing(pool, haswell, tmp_path, monkeypatch):
+@dataclasses.dataclass(frozen=True)
+class DyingWriter(ChunkWriter):
+    """The first chunk it writes kills its worker half-way through the file."""
+
+    marker: str = ""
+
+    def __call__(self, chunk, cycles, status):
+        if not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            folder = os.path.join(self.root, self.mcpu, self.shard)
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, f".{chunk.key}.dying.tmp"), "wb") as half:
+                half.write(b"PAR1 half a file")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().__call__(chunk, cycles, status)
+
+
+def test_a_worker_killed_mid_chunk_loses_and_duplicates_nothing(pool, haswell, tmp_path, monkeypatch):
+    import ray
+
     on_ray = _ctx(tmp_path / "ray.duckdb", RayEngine("haswell", pool))
     threads = _ctx(tmp_path / "threads.duckdb", haswell)
     steps.sampled_tables(on_ray)
     steps.sampled_tables(threads)
-    victim = pool.pids()[0]
-    real, calls = RayEngine.simulate_pairs, {"n": 0}
-
-    def killing(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 3:  # the third chunk: kill a worker while its tasks run
-            threading.Timer(0.02, os.kill, (victim, signal.SIGKILL)).start()
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(RayEngine, "simulate_pairs", killing)
+    before = pool.pids()
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this file
+    monkeypatch.setattr(steps.simulations, "ChunkWriter", functools.partial(DyingWriter, marker=str(tmp_path / "died")))
     out = steps.simulate_shard(on_ray, 0, chunk=100)
-    assert calls["n"] == 6 and out["simulated"] == out["planned"] == 600
+    assert (tmp_path / "died").exists() and out["simulated"] == out["planned"] == 600
     time.sleep(0.1)
-    assert victim not in pool.pids()  # Ray restarted the worker and retried its tasks
+    assert set(pool.pids()) != set(before)  # Ray restarted the worker and retried its chunk
+    half = list((tmp_path / "simulations").rglob("*.dying.tmp"))
+    assert len(half) == 1  # the dead worker's half file: never read (it is no chunk's file)
+    monkeypatch.undo()
     steps.simulate_shard(threads, 0)
     assert _simulations(tmp_path / "ray.duckdb") == _simulations(tmp_path / "threads.duckdb")
     dupes = store.query(
@@ -104,6 +122,10 @@ def test_a_worker_killed_mid_shard_loses_and_duplicates_nothing(pool, haswell, t
         tmp_path / "ray.duckdb",
     )
     assert dupes.item() == 0
+    chunks = store.query("SELECT count(*) AS n, sum(rows) AS r FROM simulation_chunks", tmp_path / "ray.duckdb")
+    assert chunks.rows() == [(6, 600)]  # each chunk recorded once
+    again = steps.simulate_shard(on_ray, 0, chunk=100)  # the next run of the shard sweeps the half file away
+    assert (again["simulated"], again["stale_files_removed"]) == (0, 1) and not half[0].exists()
 
 
 def test_the_compute_resource_chooses_the_path(pool, monkeypatch):

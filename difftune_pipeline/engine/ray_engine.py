@@ -271,10 +271,7 @@ class RayEngine(Engine):
         table is put in the object store once for its consecutive chunks."""
         import ray
 
-        key, ref = self._ship(blocks)
-        workers = self.pool.live()
-        busy = dict.fromkeys(range(len(workers)), 0)
-        running: dict = {}  # future -> worker index
+        workers, busy, running = [], {}, {}  # running: future -> worker index
         table_ref = (None, None)
 
         def finished(wait_for: int):
@@ -284,6 +281,10 @@ class RayEngine(Engine):
             return ray.get(done)
 
         for table, block_idx, payload in chunks:
+            if not workers:  # the first chunk: only now the cluster is reached and the blocks shipped
+                key, ref = self._ship(blocks)
+                workers = self.pool.live()
+                busy = dict.fromkeys(range(len(workers)), 0)
             if table_ref[0] is not table:
                 table_ref = (table, ray.put(self._sparse(table)))
             w = min(busy, key=busy.get)

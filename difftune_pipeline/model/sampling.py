@@ -1,6 +1,6 @@
 """The simulated dataset: sampled tables named by (preset, seed), which blocks
 each is simulated on, which shard simulates it, and the simulated pairs as
-training tensors.
+a surrogate reads them: split and ordered in files, streamed in batches.
 
 Sampled tables are regenerated from ``(preset, seed)`` over a parameter space,
 as DiffTune did, so millions of samples stay small.
@@ -9,15 +9,17 @@ as DiffTune did, so millions of samples stay small.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
-import polars as pl
 import torch
 
-from difftune_pipeline.engine import Engine, ParamTable
+from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.model.params import ParamSpace
+from difftune_pipeline.warehouse.simulations import PAIR
 
 
 @dataclass(frozen=True)
@@ -48,82 +50,103 @@ def planned_blocks(table: SampledTable, block_ids: list[str], per_table: int) ->
     return sorted(rng.choice(ordered, size=per_table, replace=False).tolist())
 
 
-def simulate(
-    engine: Engine,
-    pairs: list[tuple[str, SampledTable]],
-    tables: dict[str, ParamTable],
-    blocks: list,
-    position: dict[str, int],
-    iterations: int,
-) -> pl.DataFrame:
-    """(block, sampled table) pairs through the engine, as rows of ``simulations``
-    (less the shard); ``tables`` holds the regenerated table of each table id,
-    ``blocks[position[block_id]]`` each block. The same ``blocks`` list for every
-    chunk of a shard lets an engine on Ray ship it once."""
-    table_ids = list(dict.fromkeys(t.table_id for _, t in pairs))
-    tpos = {t: i for i, t in enumerate(table_ids)}
-    result = engine.simulate_pairs(
-        blocks,
-        [tables[t] for t in table_ids],
-        [position[b] for b, _ in pairs],
-        [tpos[t.table_id] for _, t in pairs],
-        iterations=iterations,
-    )
-    return pl.DataFrame(
-        {
-            "block_id": [b for b, _ in pairs],
-            "table_id": [t.table_id for _, t in pairs],
-            "mcpu": engine.mcpu,
-            "llvm_version": engine.llvm_version,
-            "iterations": iterations,
-            "cycles": [int(c) if s == "ok" else None for c, s in zip(result.cycles, result.status)],
-            "status": result.status,
-        },
-        schema_overrides={"cycles": pl.Int64, "iterations": pl.Int32},
-    )
+@dataclass
+class PairBatch:
+    """Pairs read from a ``PairFile``: what one training step or forward pass sees."""
+
+    block_idx: torch.Tensor  # [B] positions in ``Pairs.block_ids``
+    table_idx: torch.Tensor  # [B] positions in ``Pairs.tables``
+    cycles: torch.Tensor  # [B] the engine's
+
+
+class PairFile:
+    """Pairs as ``PAIR`` records in a file, read by ranges with ``pread``: nothing is
+    mapped or cached here, so memory holds the batch being read and nothing more,
+    however many pairs the file holds."""
+
+    def __init__(self, path: Path, n: int):
+        self.path, self.n = Path(path), n
+        self._fd = os.open(self.path, os.O_RDONLY)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    def records(self, ranges: list[tuple[int, int]]) -> np.ndarray:
+        """The records of ``(start, count)`` ranges, in that order."""
+        size = PAIR.itemsize
+        parts = [np.frombuffer(os.pread(self._fd, count * size, start * size), dtype=PAIR) for start, count in ranges]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=PAIR)
+
+    def read(self, ranges: list[tuple[int, int]]) -> PairBatch:
+        r = self.records(ranges)
+        return PairBatch(
+            torch.from_numpy(r["block"].astype(np.int64)),
+            torch.from_numpy(r["table"].astype(np.int64)),
+            torch.from_numpy(r["cycles"].copy()),
+        )
+
+    def pieces(self, size: int) -> Iterator[PairBatch]:
+        """The file in order, ``size`` pairs at a time."""
+        for start in range(0, self.n, size):
+            yield self.read([(start, min(size, self.n - start))])
+
+    def block_counts(self, n_blocks: int, size: int = 1 << 20) -> np.ndarray:
+        """Pairs per block position, counted a piece at a time."""
+        counts = np.zeros(n_blocks, dtype=np.int64)
+        for start in range(0, self.n, size):
+            counts += np.bincount(self.records([(start, min(size, self.n - start))])["block"], minlength=n_blocks)
+        return counts
+
+
+@dataclass(frozen=True)
+class Split:
+    """The pairs split by block into the trained-on and the held-out, each a file;
+    ``train_median``: the median cycles of the trained-on (the lower middle one)."""
+
+    train: PairFile
+    held: PairFile
+    train_median: float
+
+
+# (held-out per block position, sort key per block position, folder) -> the split pairs:
+# trained-on ordered by (key, block, table id), held-out by (block, table id).
+SplitPairs = Callable[[np.ndarray, np.ndarray, Path], Split]
 
 
 @dataclass
 class Pairs:
-    """Simulated (block, sampled table) pairs as tensors: what a surrogate trains on."""
+    """Simulated (block, sampled table) pairs, what a surrogate trains on: the blocks
+    and tables they index, and how to write them, split and ordered, to files it
+    streams from (``split``), so memory does not grow with their number."""
 
-    block_ids: list[str]  # the blocks, in block_idx order
+    block_ids: list[str]  # the blocks with at least one pair, in block_idx order (sorted)
     tables: torch.Tensor  # [T, rows + 1, P] raw parameter values; the last row is zeros (no row)
     globals_: torch.Tensor  # [T, 2]
-    block_idx: torch.Tensor  # [N]
-    table_idx: torch.Tensor  # [N]
-    cycles: torch.Tensor  # [N] the engine's
+    n: int  # pairs
+    split: SplitPairs
 
 
 def training_pairs(
-    read_table: Callable[[str], pl.DataFrame],
+    counts: dict[str, int],
+    split: Callable[[list[str], np.ndarray, np.ndarray, Path], Split],
     space: ParamSpace,
     default: ParamTable,
     tables: list[SampledTable],
     block_ids: list[str],
 ) -> Pairs:
     """The simulated pairs of ``tables`` over ``block_ids``, ordered by block id then
-    table id; ``read_table(table_id)`` gives one table's (block_id, cycles) rows. One
-    table is read at a time and kept as numbers, so memory grows with the pairs'
-    indices, not with their ids' strings."""
-    order = sorted(set(block_ids))
-    pos = {b: i for i, b in enumerate(order)}
-    blocks, table_idx, cycles = [], [], []
-    for i, t in enumerate(tables):
-        rows = read_table(t.table_id).filter(pl.col("block_id").is_in(order))
-        blocks.append(np.fromiter((pos[b] for b in rows["block_id"]), dtype=np.int64, count=rows.height))
-        table_idx.append(np.full(rows.height, i, dtype=np.int64))
-        cycles.append(rows["cycles"].to_numpy().astype(np.float32))
-    b, t, c = (np.concatenate(x) if x else np.zeros(0, np.int64) for x in (blocks, table_idx, cycles))
-    by_id = np.argsort(np.argsort([t.table_id for t in tables])) if tables else np.zeros(0, np.int64)
-    ordered = np.lexsort((by_id[t], b))
-    present = np.unique(b)
+    table id; ``counts`` holds each block's number of pairs, ``split(blocks, held,
+    key, folder)`` writes them to files (the warehouse's ``simulations.split_pairs``)."""
+    wanted = set(block_ids)
+    present = sorted(b for b, n in counts.items() if n and b in wanted)
     encoded = [space.encode(space.sampled_table(s.preset, s.seed, default)) for s in tables]
     return Pairs(
-        block_ids=[order[i] for i in present],
+        block_ids=present,
         tables=torch.tensor(np.stack([np.vstack([m, np.zeros((1, m.shape[1]), m.dtype)]) for m, _ in encoded])),
         globals_=torch.tensor(np.stack([g for _, g in encoded])),
-        block_idx=torch.from_numpy(np.searchsorted(present, b[ordered])),
-        table_idx=torch.from_numpy(t[ordered]),
-        cycles=torch.from_numpy(c[ordered].astype(np.float32)),
+        n=sum(counts[b] for b in present),
+        split=lambda held, key, folder: split(present, held, key, folder),
     )

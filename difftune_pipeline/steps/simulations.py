@@ -3,7 +3,8 @@ tables at a time, in chunks of one table's blocks. Whoever simulates a chunk
 (a Ray worker, or this process) writes it as a Parquet file
 (``warehouse.simulation_files``); this step only records which chunks exist, a
 short transaction per batch of finished chunks, so no single writer limits how
-many workers simulate. A chunk's file is named by what it simulated, and the
+many workers simulate. A recorded chunk whose file was since deleted or
+truncated is forgotten and simulated again. A chunk's file is named by what it simulated, and the
 chunks are cut the same way on every run from the pairs not yet recorded: a
 killed worker's chunk is simulated again into the same file, and a killed step
 resumes without repeating a recorded chunk or recording one twice."""
@@ -52,6 +53,10 @@ def simulate_shard(ctx: StepContext, shard: int, chunk: int = CHUNK) -> dict:
         ctx.simulation_root, str(ctx.db), ctx.uarch, ctx.engine.llvm_version, iterations, f"shard-{shard}"
     )
     started, t0 = time.time(), time.perf_counter()
+    lost = simulations.lost_chunks(ctx.db, list(by_id))
+    if lost:  # a file deleted or truncated since it was recorded: its pairs are simulated again
+        with writer(ctx.db) as con:
+            simulations.forget_chunks(con, lost)
     counts = {"planned": 0, "already_done": 0}
     written, finished, last = 0, [], time.perf_counter()
     todo: Iterator = _chunks(ctx, space, default, mine, {b: i for i, b in enumerate(ids)}, chunk, counts)
@@ -67,6 +72,7 @@ def simulate_shard(ctx: StepContext, shard: int, chunk: int = CHUNK) -> dict:
     return {
         **counts,
         "simulated": written,
+        "lost_chunks_redone": len(lost),
         "tables": len(mine),
         "stale_files_removed": files.remove_stale(started),
         "seconds": round(elapsed, 1),

@@ -3,13 +3,14 @@ checkpoint under ``warehouse/models/`` and a row in ``surrogate_runs``."""
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict
 from pathlib import Path
 
 import polars as pl
 
-from difftune_pipeline.model.sampling import training_pairs
+from difftune_pipeline.model.sampling import PairFile, Pairs, Split, training_pairs
 from difftune_pipeline.steps.context import CODE_VERSIONS, StepContext, fingerprint
 from difftune_pipeline.surrogates import Surrogate, surrogate_type
 from difftune_pipeline.surrogates.base import training_device
@@ -35,14 +36,8 @@ def train_surrogate(ctx: StepContext, log=print) -> dict:
     done = simulations.surrogate_run(ctx.db, run_id)
     if done is not None and Path(done["checkpoint"]).exists():
         return {**done, "device": None, "reused": True}
-    pairs = training_pairs(
-        lambda table_id: simulations.simulated_cycles(ctx.db, settings.iterations, [table_id]),
-        space,
-        default,
-        tables,
-        list(train_blocks),
-    )
-    if len(pairs.cycles) == 0:
+    pairs = stored_pairs(ctx, space, default, tables, list(train_blocks))
+    if pairs.n == 0:
         raise ValueError("no simulations to train on: materialise the simulations first")
     surrogate = kind.create(
         list(space.keys),
@@ -70,6 +65,23 @@ def train_surrogate(ctx: StepContext, log=print) -> dict:
     with writer(ctx.db) as con:
         insert_new(con, "surrogate_runs", pl.DataFrame([row]), ["run_id"])
     return {**row, "device": report["device"], "reused": False}
+
+
+def stored_pairs(ctx: StepContext, space, default, tables: list, block_ids: list[str]) -> Pairs:
+    """The simulated pairs of sampled ``tables`` over ``block_ids``, as a surrogate streams them."""
+    table_ids, iterations = [t.table_id for t in tables], ctx.settings.iterations
+    counts = simulations.pair_counts(ctx.db, iterations, table_ids)
+    return training_pairs(
+        counts, functools.partial(_split, ctx.db, iterations, table_ids), space, default, tables, block_ids
+    )
+
+
+def _split(db: str, iterations: int, table_ids: list[str], block_ids, held, key, folder) -> Split:
+    """The pairs written, split and ordered, to files a surrogate streams from."""
+    (train, n_train), (held_out, n_held), median = simulations.write_pairs(
+        db, iterations, table_ids, block_ids, held, key, folder
+    )
+    return Split(PairFile(train, n_train), PairFile(held_out, n_held), median)
 
 
 def latest_surrogate(ctx: StepContext) -> dict:

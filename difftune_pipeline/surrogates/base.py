@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -21,12 +22,12 @@ from torch import nn
 
 from difftune_pipeline.engine.table import GLOBALS
 from difftune_pipeline.model.metrics import kendall_tau
-from difftune_pipeline.model.sampling import Pairs
+from difftune_pipeline.model.sampling import PairBatch, PairFile, Pairs, Split
 
 # predict(table matrix [rows, P], globals [G], block indices) -> cycles of those blocks under the table
 Predict = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 # epoch(rng) -> the batches of pair indices of one epoch
-Epoch = Callable[[np.random.Generator], Iterator[torch.Tensor]]
+Epoch = Callable[[np.random.Generator], Iterator[PairBatch]]
 
 
 @dataclass
@@ -83,10 +84,11 @@ def mape_loss(pred: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
     return relative_error(pred, truth).mean()
 
 
-def heldout_blocks(n_blocks: int, block_idx: torch.Tensor, fraction: float, rng: np.random.Generator) -> torch.Tensor:
-    """[N] bool: the pairs of a random ``fraction`` of the blocks (at least one), never trained on."""
-    held = set(rng.choice(n_blocks, size=max(1, int(n_blocks * fraction)), replace=False).tolist())
-    return torch.tensor([int(b) in held for b in block_idx.tolist()])
+def heldout_blocks(n_blocks: int, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """[blocks] bool: a random ``fraction`` of the blocks (at least one), whose pairs are never trained on."""
+    held = np.zeros(n_blocks, dtype=bool)
+    held[rng.choice(n_blocks, size=max(1, int(n_blocks * fraction)), replace=False)] = True
+    return held
 
 
 class Surrogate:
@@ -113,18 +115,23 @@ class Surrogate:
         """The per-block tensors the forward pass reads, for engine ``blocks``."""
         raise NotImplementedError
 
-    def build_model(self, pairs: Pairs, train: torch.Tensor) -> nn.Module:
-        """A fresh network (``train``: the pairs it will be trained on)."""
+    def build_model(self, pairs: Pairs, split: Split) -> nn.Module:
+        """A fresh network (``split``: the pairs it will be trained on and held out)."""
         raise NotImplementedError
 
-    def forward(self, inputs, pairs: Pairs, samples: torch.Tensor) -> torch.Tensor:
-        """Predicted cycles of pairs ``samples``."""
+    def order(self, inputs) -> np.ndarray:
+        """[blocks] the key the trained-on pairs are ordered by before the block
+        and the table (``batches`` reads that order)."""
         raise NotImplementedError
 
-    def batches(self, inputs, pairs: Pairs, train: torch.Tensor) -> Epoch:
-        """How the pairs where ``train`` is true are batched: ``epoch(rng)`` yields
-        the batches (pair indices) of one epoch; what does not change between
-        epochs is worked out here, once."""
+    def forward(self, inputs, pairs: Pairs, batch: PairBatch) -> torch.Tensor:
+        """Predicted cycles of the pairs of ``batch``."""
+        raise NotImplementedError
+
+    def batches(self, inputs, train: PairFile) -> Epoch:
+        """How the trained-on pairs (a file in ``order``) are batched: ``epoch(rng)``
+        yields the batches of one epoch, read from the file as they are needed;
+        what does not change between epochs is worked out here, once."""
         raise NotImplementedError
 
     def predict_fn(self, inputs) -> Predict:
@@ -148,24 +155,35 @@ class Surrogate:
     def fit(self, blocks: list, pairs: Pairs, log=print) -> dict:
         """Train on the pairs of all but a held-out fraction of the blocks (the
         engine ``blocks`` of ``pairs.block_ids``); report the held-out fidelity
-        (MAPE and Kendall tau against the engine). Trains on ``training_device()``;
-        the model is back on the CPU when it returns."""
+        (MAPE and Kendall tau against the engine). The pairs are written, split
+        and ordered, to files in a temporary folder and streamed from there a
+        batch at a time. Trains on ``training_device()``; the model is back on the
+        CPU when it returns."""
         config = self.config
         device = training_device()
         torch.manual_seed(config.seed)
         torch.set_num_threads(config.threads)
         rng = np.random.default_rng(config.seed)
         inputs = self.inputs(blocks)
-        is_held = heldout_blocks(len(pairs.block_ids), pairs.block_idx, config.heldout_fraction, rng)
-        self.model = self.build_model(pairs, ~is_held).to(device)
-        optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
-        epoch = self.batches(inputs, pairs, ~is_held)
+        held = heldout_blocks(len(pairs.block_ids), config.heldout_fraction, rng)
+        with tempfile.TemporaryDirectory(prefix="difftune-pairs-") as folder:
+            split = pairs.split(held, self.order(inputs), Path(folder))
+            try:
+                return self._fit(inputs, pairs, split, device, rng, log)
+            finally:
+                split.train.close()
+                split.held.close()
+
+    def _fit(self, inputs, pairs: Pairs, split: Split, device, rng: np.random.Generator, log) -> dict:
+        self.model = self.build_model(pairs, split).to(device)
+        optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.lr)
+        epoch = self.batches(inputs, split.train)
         t0, epochs = time.perf_counter(), 0
         while epochs < self.max_epochs and time.perf_counter() - t0 < self.seconds:
             self.model.train()
             losses = []
-            for samples in epoch(rng):
-                loss = mape_loss(self.forward(inputs, pairs, samples), pairs.cycles[samples].to(device))
+            for batch in epoch(rng):
+                loss = mape_loss(self.forward(inputs, pairs, batch), batch.cycles.to(device))
                 optimizer.zero_grad()
                 loss.backward()
                 if self.clip is not None:
@@ -178,21 +196,19 @@ class Surrogate:
             log(f"{self.kind} surrogate epoch {epochs}: train MAPE {100 * np.mean(losses):.2f}%")
         seconds = time.perf_counter() - t0
         self.model.to("cpu").eval()
-        held = torch.nonzero(is_held).squeeze(-1)
+        preds, truths = [], []
         with torch.no_grad():
-            pred = (
-                torch.cat([self.forward(inputs, pairs, s) for s in held.split(self.eval_batch)])
-                if len(held)
-                else torch.zeros(0)
-            )
-        truth = pairs.cycles[held]
+            for batch in split.held.pieces(self.eval_batch):
+                preds.append(self.forward(inputs, pairs, batch))
+                truths.append(batch.cycles)
+        pred, truth = (torch.cat(x) if x else torch.zeros(0) for x in (preds, truths))
         return {
             "train_seconds": seconds,
             "device": str(device),
             "epochs": epochs,
-            "n_train": int((~is_held).sum()),
-            "n_heldout": int(len(held)),
-            "heldout_mape": float(mape_loss(pred, truth)) if len(held) else float("nan"),
+            "n_train": len(split.train),
+            "n_heldout": len(split.held),
+            "heldout_mape": float(mape_loss(pred, truth)) if len(truth) else float("nan"),
             "heldout_kendall_tau": kendall_tau(pred.numpy(), truth.numpy()),
         }
 

@@ -23,7 +23,8 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 from difftune_pipeline.engine import extended
 from difftune_pipeline.engine.table import GLOBALS
-from difftune_pipeline.surrogates.base import FitConfig, Pairs, Surrogate
+from difftune_pipeline.model.sampling import PairBatch, PairFile, Pairs, Split
+from difftune_pipeline.surrogates.base import FitConfig, Surrogate
 
 PAD, UNK = "<PAD>", "<UNK>"
 PARAM_SCALE = 10.0  # parameter values are fed divided by this
@@ -183,40 +184,42 @@ class LSTMSurrogate(Surrogate):
     def inputs(self, blocks: list) -> BlockTensors:
         return BlockTensors.build(blocks, self.vocab, self.row_index)
 
-    def build_model(self, pairs: Pairs, train: torch.Tensor) -> HierarchicalLSTM:
+    def build_model(self, pairs: Pairs, split: Split) -> HierarchicalLSTM:
         return HierarchicalLSTM(
             len(self.vocab.words),
             pairs.tables.shape[2],
             self.config.embed,
             self.config.hidden,
-            float(pairs.cycles[train].float().median()),
+            split.train_median,
             len(self.globals),
         )
 
-    def batches(self, inputs: BlockTensors, pairs: Pairs, train: torch.Tensor):
+    def order(self, inputs: BlockTensors) -> np.ndarray:
+        """None before the block: a block's pairs lie together, as ``batches`` reads them."""
+        return np.zeros(len(inputs.n_insts), dtype=np.int64)
+
+    def batches(self, inputs: BlockTensors, train: PairFile):
         """Groups of ``blocks_per_step`` blocks with all their pairs: the token LSTM
         runs once per block per step however many tables it was simulated under."""
-        by_block: dict[int, list[int]] = {}
-        for i, (b, t) in enumerate(zip(pairs.block_idx.tolist(), train.tolist())):
-            if t:
-                by_block.setdefault(b, []).append(i)
-        blocks, step = np.array(sorted(by_block)), self.config.blocks_per_step
+        counts = train.block_counts(len(inputs.n_insts))
+        offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        blocks, step = np.nonzero(counts)[0], self.config.blocks_per_step
 
         def epoch(rng: np.random.Generator):
             order = rng.permutation(blocks)
             for start in range(0, len(order), step):
-                yield torch.tensor([i for b in order[start : start + step] for i in by_block[int(b)]])
+                yield train.read([(int(offsets[b]), int(counts[b])) for b in order[start : start + step]])
 
         return epoch
 
-    def forward(self, inputs: BlockTensors, pairs: Pairs, samples: torch.Tensor) -> torch.Tensor:
+    def forward(self, inputs: BlockTensors, pairs: Pairs, samples: PairBatch) -> torch.Tensor:
         """Predictions for samples, running the token LSTM once per distinct block."""
         device = self.device
-        blocks, inverse = torch.unique(pairs.block_idx[samples], return_inverse=True)
+        blocks, inverse = torch.unique(samples.block_idx, return_inverse=True)
         sel = inputs.select(blocks)
         inst = self.model.embed_instructions(sel.tok.to(device), sel.tok_len)[inverse.to(device)]
         rows = sel.rows[inverse]
-        tables = pairs.table_idx[samples]
+        tables = samples.table_idx
         params = pairs.tables[tables.unsqueeze(1), rows] / PARAM_SCALE
         g = pairs.globals_[tables] / self.global_scale
         return self.model(inst, params.to(device), sel.n_insts[inverse], g.to(device))

@@ -41,7 +41,8 @@ from difftune_pipeline.model.graph import (
     without_stack_updates,
 )
 from difftune_pipeline.model.params import READ_ADVANCE_SLOTS
-from difftune_pipeline.surrogates.base import FitConfig, Pairs, Surrogate, moved
+from difftune_pipeline.model.sampling import PairBatch, PairFile, Pairs, Split
+from difftune_pipeline.surrogates.base import FitConfig, Surrogate, moved
 
 STATIC = ["n_insts", "loads", "stores", "regs_read", "regs_written", "memory_deps"]
 
@@ -230,19 +231,22 @@ class StructuredSurrogate(Surrogate):
             stack_engine="stack_sync_uops" in self.globals,
         )
 
-    def build_model(self, pairs: Pairs, train: torch.Tensor) -> StructuredModel:
+    def build_model(self, pairs: Pairs, split: Split) -> StructuredModel:
         return StructuredModel(len(self.contain), self.config.hidden, self.contain, self.globals)
 
-    def batches(self, inputs: StructuredBlocks, pairs: Pairs, train: torch.Tensor):
-        """Batches of similar block length (the unrolled recurrence stays short), in random order."""
-        train_pairs = torch.nonzero(train).squeeze(-1)
-        order = train_pairs[torch.argsort(inputs.n_insts[pairs.block_idx[train_pairs]], stable=True)]
-        batches = [order[s : s + self.config.batch] for s in range(0, len(order), self.config.batch)]
-        return lambda rng: (batches[i] for i in rng.permutation(len(batches)))
+    def order(self, inputs: StructuredBlocks) -> np.ndarray:
+        """Block length: a batch of similar lengths keeps the unrolled recurrence short."""
+        return inputs.n_insts.numpy()
 
-    def forward(self, inputs: StructuredBlocks, pairs: Pairs, samples: torch.Tensor) -> torch.Tensor:
-        table_idx = pairs.table_idx[samples]
-        batch = inputs.select(pairs.block_idx[samples])
+    def batches(self, inputs: StructuredBlocks, train: PairFile):
+        """Runs of ``batch`` pairs of similar block length (the file's order), in random order."""
+        starts = range(0, len(train), self.config.batch)
+        ranges = [(s, min(self.config.batch, len(train) - s)) for s in starts]
+        return lambda rng: (train.read([ranges[i]]) for i in rng.permutation(len(ranges)))
+
+    def forward(self, inputs: StructuredBlocks, pairs: Pairs, samples: PairBatch) -> torch.Tensor:
+        table_idx = samples.table_idx
+        batch = inputs.select(samples.block_idx)
         params = pairs.tables[table_idx.unsqueeze(1), batch.rows]
         device = self.device
         return self.model(params.to(device), pairs.globals_[table_idx].to(device), moved(batch, device))

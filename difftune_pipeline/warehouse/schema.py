@@ -17,7 +17,7 @@ def _simulations_as_files(con: duckdb.DuckDBPyConnection, db: Path) -> None:
     beside the warehouse, and the table is dropped."""
     con.execute(
         """
-        CREATE TABLE simulation_chunks (
+        CREATE TABLE IF NOT EXISTS simulation_chunks (
             chunk_key  VARCHAR PRIMARY KEY,   -- what it simulated: µarch, LLVM, iterations, table, its blocks
             mcpu       VARCHAR NOT NULL,
             table_id   VARCHAR NOT NULL,
@@ -39,13 +39,15 @@ def _simulations_as_files(con: duckdb.DuckDBPyConnection, db: Path) -> None:
     ).fetchall()
     root = default_root(db)
     for mcpu, llvm_version, iterations, table_id, shard in groups:
-        frame = con.execute(
-            f"SELECT {', '.join(SCHEMA.names)} FROM simulations WHERE mcpu = ? AND llvm_version = ? "
-            "AND iterations = ? AND table_id = ? AND shard = ? ORDER BY block_id",
-            [mcpu, llvm_version, iterations, table_id, shard],
-        ).arrow()
-        frame = frame.read_all() if hasattr(frame, "read_all") else frame
-        frame = frame.cast(SCHEMA)
+        frame = (
+            con.sql(
+                f"SELECT {', '.join(SCHEMA.names)} FROM simulations WHERE mcpu = ? AND llvm_version = ? "
+                "AND iterations = ? AND table_id = ? AND shard = ? ORDER BY block_id",
+                params=[mcpu, llvm_version, iterations, table_id, shard],
+            )
+            .to_arrow_table()
+            .cast(SCHEMA)
+        )
         key = chunk_key(mcpu, llvm_version, iterations, table_id, frame["block_id"].to_pylist())
         record = ChunkWriter(root, str(db), mcpu, llvm_version, iterations, shard).write(key, table_id, frame)
         con.execute(

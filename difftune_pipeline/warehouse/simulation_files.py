@@ -12,9 +12,11 @@ read, through ``simulations``, a view each reading connection gets over them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import posixpath
+import urllib.parse
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,10 +52,21 @@ def default_root(db: str | Path) -> str:
 
 
 def filesystem(root: str) -> tuple[pafs.FileSystem, str]:
-    """(filesystem, path within it) of a local folder or a URI."""
+    """(filesystem, path within it) of a local folder or a URI (a remote filesystem
+    is made once per process: making one may ask the network, e.g. for a bucket's region)."""
     if "://" not in root:
-        root = str(Path(root).resolve())
-    return pafs.FileSystem.from_uri(root)
+        return pafs.LocalFileSystem(), str(Path(root).resolve())
+    parts = urllib.parse.urlsplit(root)
+    fs = _remote(f"{parts.scheme}://{parts.netloc}")
+    if fs.type_name in ("s3", "gcs"):  # a bucket's objects are named with the bucket
+        return fs, posixpath.join(parts.netloc, parts.path.lstrip("/"))
+    return fs, parts.path.lstrip("/") if fs.type_name == "mock" else parts.path
+
+
+@functools.lru_cache(maxsize=64)
+def _remote(uri: str) -> pafs.FileSystem:
+    """The filesystem of a bucket or host, made once per process."""
+    return pafs.FileSystem.from_uri(uri)[0]
 
 
 def chunk_key(mcpu: str, llvm_version: str, iterations: int, table_id: str, block_ids: list[str]) -> str:
@@ -133,8 +146,7 @@ class ChunkWriter:
         """How the file is recorded: relative to the warehouse's folder when it lies under it
         (the two move together), else the full URI or path."""
         if "://" in self.root:
-            scheme = self.root.split("://", 1)[0]
-            return f"{scheme}://{path}"
+            return self.root.rstrip("/") + "/" + posixpath.relpath(path, filesystem(self.root)[1] or ".")
         folder = Path(self.db).resolve().parent
         try:
             return str(Path(path).relative_to(folder))
@@ -162,14 +174,28 @@ def resolve(db: str | Path, file: str) -> str:
     return str(Path(db).resolve().parent / file)
 
 
+def sizes(db: str | Path, files: list[str]) -> list[int | None]:
+    """Each recorded file's size in bytes now, None where it is gone."""
+    out = []
+    for file in files:
+        fs, path = filesystem(resolve(db, file))
+        info = fs.get_file_info(path)
+        out.append(info.size if info.type == pafs.FileType.File else None)
+    return out
+
+
 def dataset(db: str | Path, files: list[str]) -> ds.Dataset:
     """The recorded ``files`` as one dataset, scanned lazily (a file is opened
     only when a scan reaches it)."""
     by_fs: dict[str, tuple[pafs.FileSystem, list[str]]] = {}
     for file in files:
         location = resolve(db, file)
-        fs, path = filesystem(location)
-        by_fs.setdefault(fs.type_name + ":" + location.split("://", 1)[0], (fs, []))[1].append(path)
+        if "://" in location:
+            fs, path = filesystem(location)
+            parts = urllib.parse.urlsplit(location)
+            by_fs.setdefault(f"{parts.scheme}://{parts.netloc}", (fs, []))[1].append(path)
+        else:
+            by_fs.setdefault("local", (pafs.LocalFileSystem(), []))[1].append(location)
     fmt = ds.ParquetFileFormat()
     parts = [ds.FileSystemDataset.from_paths(paths, SCHEMA, fmt, fs) for fs, paths in by_fs.values()]
     if not parts:

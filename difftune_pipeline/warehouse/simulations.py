@@ -6,7 +6,12 @@ connection of an open ``writer()`` transaction."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
 import duckdb
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,6 +28,22 @@ def record_chunks(con: duckdb.DuckDBPyConnection, records: list[dict]) -> int:
         return 0
     frame = pl.DataFrame(records).select(CHUNK_COLUMNS).with_columns(pl.lit(now()).alias("recorded_at"))
     return insert_new(con, "simulation_chunks", frame, ["chunk_key"])
+
+
+def lost_chunks(db: Db, table_ids: list[str]) -> list[str]:
+    """Recorded chunks of ``table_ids`` whose file is gone or is not the size recorded
+    (deleted, truncated, replaced by hand): their pairs count as not simulated."""
+    rows = query(
+        "SELECT chunk_key, file, bytes FROM simulation_chunks WHERE table_id IN (SELECT unnest(?)) ORDER BY chunk_key",
+        db,
+        [table_ids],
+    )
+    now_ = simulation_files.sizes(db, rows["file"].to_list())
+    return [k for k, size, was in zip(rows["chunk_key"], now_, rows["bytes"]) if size != was]
+
+
+def forget_chunks(con: duckdb.DuckDBPyConnection, keys: list[str]) -> None:
+    con.execute("DELETE FROM simulation_chunks WHERE chunk_key IN (SELECT unnest(?))", [keys])
 
 
 def chunk_files(db: Db, table_ids: list[str], iterations: int | None = None) -> list[str]:
@@ -51,16 +72,91 @@ def simulated_pairs_done(db: Db, iterations: int, table_ids: list[str]) -> set[t
     return set(zip(done["block_id"].to_pylist(), done["table_id"].to_pylist()))
 
 
-def simulated_cycles(db: Db, iterations: int, table_ids: list[str]) -> pl.DataFrame:
-    """block_id, table_id, cycles of the pairs the engine simulated successfully."""
-    rows = _rows(db, table_ids, iterations, ["block_id", "table_id", "cycles"], ok_only=True)
-    return pl.from_arrow(rows).sort("block_id", "table_id")
-
-
 def simulation_totals(db: Db, table_ids: list[str]) -> tuple:
     """(pairs, sum of cycles) simulated successfully under ``table_ids``: what a surrogate trained on."""
     cycles = _rows(db, table_ids, None, ["cycles"], ok_only=True)["cycles"]
     return len(cycles), (pc.sum(cycles).as_py() if len(cycles) else None)
+
+
+# A pair as a surrogate streams it: block position, table position, the engine's cycles.
+PAIR = np.dtype([("block", "<i4"), ("table", "<i4"), ("cycles", "<f4")])
+SPILL_MEMORY = "256MB"  # what the sort of the pairs may hold in memory before it spills to disk
+
+
+def pair_counts(db: Db, iterations: int, table_ids: list[str]) -> dict[str, int]:
+    """Pairs simulated successfully per block under ``table_ids``."""
+    with _scan(db, iterations, table_ids, None) as con:
+        rows = con.execute(
+            "SELECT block_id, count(*) FROM sims WHERE status = 'ok' AND iterations = ? GROUP BY block_id",
+            [iterations],
+        ).fetchall()
+    return dict(rows)
+
+
+def write_pairs(
+    db: Db,
+    iterations: int,
+    table_ids: list[str],
+    block_ids: list[str],
+    held: np.ndarray,
+    key: np.ndarray,
+    folder: Path,
+) -> tuple[tuple[Path, int], tuple[Path, int], float]:
+    """The pairs of ``table_ids`` over ``block_ids`` as ``PAIR`` records in two
+    files of ``folder``: the trained-on pairs ordered by (``key`` of the block,
+    block, table id), those of ``held``-out blocks by (block, table id); positions
+    index ``block_ids`` and ``table_ids``. DuckDB sorts them, spilling to
+    ``folder`` beyond ``SPILL_MEMORY``, and they are written a record batch at a
+    time. Returns each file with its pairs, and the trained-on pairs' median
+    cycles (the lower middle one)."""
+    blocks = pa.table(
+        {
+            "block_id": block_ids,
+            "pos": np.arange(len(block_ids), dtype=np.int32),
+            "key": np.asarray(key, dtype=np.int64),
+            "held": np.asarray(held, dtype=bool),
+        }
+    )
+    tables_ = pa.table({"table_id": table_ids, "tpos": np.arange(len(table_ids), dtype=np.int32)})
+    pairs = (
+        "FROM sims s JOIN blocks_ b USING (block_id) JOIN tables_ t USING (table_id) "
+        "WHERE s.status = 'ok' AND s.iterations = ? AND b.held = ?"
+    )
+    out = []
+    with _scan(db, iterations, table_ids, folder) as con:
+        con.register("blocks_", blocks)
+        con.register("tables_", tables_)
+        for name, is_held, order in (("train", False, "b.key, b.pos, s.table_id"), ("held", True, "b.pos, s.table_id")):
+            path, n = folder / f"{name}.pairs", 0
+            reader = con.sql(
+                f"SELECT b.pos, t.tpos, s.cycles::FLOAT AS cycles {pairs} ORDER BY {order}",
+                params=[iterations, is_held],
+            ).to_arrow_reader(1 << 16)
+            with open(path, "wb") as file:
+                for batch in reader:
+                    records = np.empty(batch.num_rows, dtype=PAIR)
+                    for field, column in zip(PAIR.names, batch.columns):
+                        records[field] = column.to_numpy()
+                    records.tofile(file)
+                    n += batch.num_rows
+            out.append((path, n))
+        median = con.execute(f"SELECT quantile_disc(s.cycles::FLOAT, 0.5) {pairs}", [iterations, False]).fetchone()[0]
+    return out[0], out[1], float(median) if median is not None else float("nan")
+
+
+@contextlib.contextmanager
+def _scan(db: Db, iterations: int, table_ids: list[str], spill: Path | None) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A DuckDB of this process's own (not the warehouse file: no lock held while
+    it works) with ``sims``, the recorded chunks of ``table_ids``."""
+    config = {"memory_limit": SPILL_MEMORY, "threads": 2}
+    if spill is not None:
+        config["temp_directory"] = str(spill / "spill")
+    con = duckdb.connect(config=config)
+    try:
+        con.register("sims", simulation_files.dataset(db, chunk_files(db, table_ids, iterations)))
+        yield con
+    finally:
+        con.close()
 
 
 def surrogate_run(db: Db, run_id: str) -> dict | None:
