@@ -204,7 +204,7 @@ def test_tables_stored_before_the_failed_forwarding_penalty_load_with_its_defaul
 def test_schema_migrations_are_recorded(warehouse):
     con = store.connect(warehouse)
     assert schema.schema_version(con) == len(schema.MIGRATIONS)
-    schema.migrate(con)  # a second run changes nothing
+    schema.migrate(con, warehouse)  # a second run changes nothing
     assert store.scalar(con, "SELECT count(*) FROM schema_version") == len(schema.MIGRATIONS)
     con.close()
 

@@ -70,15 +70,15 @@ def test_ray_pairs_equal_the_engine_with_bad_tables_and_asm_blocks(pool, haswell
 
 
 def test_a_ray_shard_equals_the_threads_shard(pool, haswell, tmp_path):
-    threads = _ctx(tmp_path / "threads.duckdb", haswell)
-    on_ray = _ctx(tmp_path / "ray.duckdb", RayEngine("haswell", pool))
+    threads = _ctx(tmp_path / "threads" / "w.duckdb", haswell)
+    on_ray = _ctx(tmp_path / "ray" / "w.duckdb", RayEngine("haswell", pool))
     steps.sampled_tables(threads)
     steps.sampled_tables(on_ray)
     a = steps.simulate_shard(threads, 0, chunk=250)
     b = steps.simulate_shard(on_ray, 0, chunk=250)
     assert a["simulated"] == b["simulated"] == a["planned"] == 600
     assert a["data_version"] == b["data_version"]
-    assert _simulations(tmp_path / "threads.duckdb") == _simulations(tmp_path / "ray.duckdb")
+    assert _simulations(tmp_path / "threads" / "w.duckdb") == _simulations(tmp_path / "ray" / "w.duckdb")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,8 +101,8 @@ class DyingWriter(ChunkWriter):
 def test_a_worker_killed_mid_chunk_loses_and_duplicates_nothing(pool, haswell, tmp_path, monkeypatch):
     import ray
 
-    on_ray = _ctx(tmp_path / "ray.duckdb", RayEngine("haswell", pool))
-    threads = _ctx(tmp_path / "threads.duckdb", haswell)
+    on_ray = _ctx(tmp_path / "ray" / "w.duckdb", RayEngine("haswell", pool))
+    threads = _ctx(tmp_path / "threads" / "w.duckdb", haswell)
     steps.sampled_tables(on_ray)
     steps.sampled_tables(threads)
     before = pool.pids()
@@ -112,18 +112,18 @@ def test_a_worker_killed_mid_chunk_loses_and_duplicates_nothing(pool, haswell, t
     assert (tmp_path / "died").exists() and out["simulated"] == out["planned"] == 600
     time.sleep(0.1)
     assert set(pool.pids()) != set(before)  # Ray restarted the worker and retried its chunk
-    half = list((tmp_path / "simulations").rglob("*.dying.tmp"))
+    half = list((tmp_path / "ray" / "simulations").rglob("*.dying.tmp"))
     assert len(half) == 1  # the dead worker's half file: never read (it is no chunk's file)
     monkeypatch.undo()
     steps.simulate_shard(threads, 0)
-    assert _simulations(tmp_path / "ray.duckdb") == _simulations(tmp_path / "threads.duckdb")
+    assert _simulations(tmp_path / "ray" / "w.duckdb") == _simulations(tmp_path / "threads" / "w.duckdb")
     dupes = store.query(
         "SELECT count(*) FROM (SELECT block_id, table_id FROM simulations GROUP BY ALL HAVING count(*) > 1)",
-        tmp_path / "ray.duckdb",
+        tmp_path / "ray" / "w.duckdb",
     )
     assert dupes.item() == 0
-    chunks = store.query("SELECT count(*) AS n, sum(rows) AS r FROM simulation_chunks", tmp_path / "ray.duckdb")
-    assert chunks.rows() == [(6, 600)]  # each chunk recorded once
+    chunks = store.query("SELECT count(*), sum(rows)::BIGINT FROM simulation_chunks", tmp_path / "ray" / "w.duckdb")
+    assert chunks.rows() == [(8, 600)]  # 4 tables of 150 blocks in chunks of 100: each recorded once
     again = steps.simulate_shard(on_ray, 0, chunk=100)  # the next run of the shard sweeps the half file away
     assert (again["simulated"], again["stale_files_removed"]) == (0, 1) and not half[0].exists()
 
@@ -159,8 +159,8 @@ def test_the_compute_resource_chooses_the_path(pool, monkeypatch):
 def test_a_tuning_step_searches_on_ray(pool, tmp_path):
     """The direct search's candidates on Ray: the same learned table as on threads."""
     settings = override(SETTINGS, {"tuner": "direct", "search.budget": 1500, "search.rounds": 1})
-    threads = steps.StepContext(str(tmp_path / "t.duckdb"), Engine("haswell"), settings)
-    on_ray = steps.StepContext(str(tmp_path / "r.duckdb"), RayEngine("haswell", pool), settings)
+    threads = steps.StepContext(str(tmp_path / "threads" / "w.duckdb"), Engine("haswell"), settings)
+    on_ray = steps.StepContext(str(tmp_path / "ray" / "w.duckdb"), RayEngine("haswell", pool), settings)
     for ctx in (threads, on_ray):
         _ctx(ctx.db, ctx.engine)
         steps.default_params(ctx)
