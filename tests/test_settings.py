@@ -28,6 +28,7 @@ VARIABLES = (
     "DIFFTUNE_RAY_WORKERS",
     "DIFFTUNE_SEARCH_HALVING",
     "DIFFTUNE_TUNER",
+    "DIFFTUNE_SIMULATIONS",
     "RAY_ADDRESS",
 )
 
@@ -61,6 +62,7 @@ CASES = [
     ({"DIFFTUNE_RAY_WORKERS": "²"}, "DIFFTUNE_RAY_WORKERS='²': a number of workers"),
     ({"DIFFTUNE_SEARCH_HALVING": "yes"}, "DIFFTUNE_SEARCH_HALVING='yes': 1 to let the search halve"),
     ({"DIFFTUNE_TUNER": "fast"}, "DIFFTUNE_TUNER='fast': unknown tuner 'fast'"),
+    ({"DIFFTUNE_SIMULATIONS": "nosuch://x"}, "DIFFTUNE_SIMULATIONS='nosuch://x': a folder or a URI pyarrow opens"),
     (
         {"DIFFTUNE_COMPUTE": "ray", "RAY_ADDRESS": "127.0.0.1:{port}"},
         "RAY_ADDRESS='127.0.0.1:{port}': no Ray cluster answered within 5 s",

@@ -17,6 +17,7 @@ from difftune_pipeline.reporting.compare import worse_summary
 from difftune_pipeline.reporting.plots import markdown_image
 from difftune_pipeline.steps.checks import engine_exactness as exactness
 from difftune_pipeline.steps.context import CODE_VERSIONS
+from difftune_pipeline.warehouse import simulations as simulations_store
 
 GROUP = "difftune"
 
@@ -178,13 +179,19 @@ def simulations(
     settings: DiffTuneSettings,
     compute: Compute,
 ) -> dg.MaterializeResult:
-    """(train block, sampled table) pairs through the engine (table ``simulations``),
-    on this process's threads or on Ray workers (resource ``compute``). A shard
-    skips pairs already stored: an interrupted run resumes without repeating or
-    duplicating work."""
-    out = steps.simulate_shard(_ctx(context, warehouse, engine, settings, compute), shard_index(context))
+    """(train block, sampled table) pairs through the engine, on this process's
+    threads or on Ray workers (resource ``compute``), each chunk a Parquet file
+    written where it was simulated and recorded in ``simulation_chunks`` (read as
+    the view ``simulations``). A shard skips pairs already recorded: an
+    interrupted run resumes without repeating or duplicating work."""
+    ctx = _ctx(context, warehouse, engine, settings, compute)
+    out = steps.simulate_shard(ctx, shard_index(context))
     return dg.MaterializeResult(
-        metadata={**out, "compute": compute.describe(), **row_count(warehouse, "simulations")},
+        metadata={
+            **out,
+            "compute": compute.describe(),
+            "dagster/row_count": simulations_store.simulated_rows(warehouse.path, ctx.uarch),
+        },
         data_version=dg.DataVersion(out["data_version"]),
     )
 

@@ -137,9 +137,9 @@ def training_pairs(
     tables: list[SampledTable],
     block_ids: list[str],
 ) -> Pairs:
-    """The simulated pairs of ``tables`` over ``block_ids``, ordered by block id then
-    table id; ``counts`` holds each block's number of pairs, ``split(blocks, held,
-    key, folder)`` writes them to files (the warehouse's ``simulations.split_pairs``)."""
+    """The simulated pairs of ``tables`` over ``block_ids``: ``counts`` holds each
+    block's number of pairs, ``split(blocks, held, key, folder)`` writes them to
+    files (``steps.surrogate``, through the warehouse's ``simulations.write_pairs``)."""
     wanted = set(block_ids)
     present = sorted(b for b, n in counts.items() if n and b in wanted)
     encoded = [space.encode(space.sampled_table(s.preset, s.seed, default)) for s in tables]

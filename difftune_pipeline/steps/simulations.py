@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from difftune_pipeline.model.sampling import SampledTable, planned_blocks, shard_of
 from difftune_pipeline.steps.context import StepContext, fingerprint
 from difftune_pipeline.warehouse import simulations, tables, writer
-from difftune_pipeline.warehouse.simulation_files import Chunk, ChunkWriter, chunk_key
+from difftune_pipeline.warehouse.simulation_files import Chunk, ChunkWriter, chunk_key, resolve, sizes
 
 CHUNK = 512  # pairs per chunk: a worker's task of a second or two, and one file
 RECORD_EVERY = 2.0  # seconds between transactions that record finished chunks
@@ -49,8 +50,9 @@ def simulate_shard(ctx: StepContext, shard: int, chunk: int = CHUNK) -> dict:
     by_id = {t.table_id: t for t in mine}
     iterations = ctx.settings.iterations
     ids = sorted(blocks)
-    files = ChunkWriter(
-        ctx.simulation_root, str(ctx.db), ctx.uarch, ctx.engine.llvm_version, iterations, f"shard-{shard}"
+    root = ctx.simulation_root if "://" in ctx.simulation_root else str(Path(ctx.simulation_root).resolve())
+    files = ChunkWriter(  # paths resolved here: a worker's working folder may be another
+        root, str(Path(ctx.db).resolve()), ctx.uarch, ctx.engine.llvm_version, iterations, f"shard-{shard}"
     )
     started, t0 = time.time(), time.perf_counter()
     lost = simulations.lost_chunks(ctx.db, list(by_id))
@@ -88,6 +90,12 @@ def _record(ctx: StepContext, space, by_id: dict[str, SampledTable], records: li
     """Finished chunks and their tables' ids, in one transaction; returns the rows recorded."""
     if not records:
         return 0
+    unseen = [r["file"] for r, size in zip(records, sizes(ctx.db, [r["file"] for r in records])) if size != r["bytes"]]
+    if unseen:
+        raise FileNotFoundError(
+            f"{len(unseen)} chunk file(s) the workers wrote are not here, e.g. {resolve(ctx.db, unseen[0])}: "
+            "workers on other hosts need DIFFTUNE_SIMULATIONS on storage every host reaches (a shared disk, s3://…)"
+        )
     with writer(ctx.db) as con:
         for table_id in dict.fromkeys(r["table_id"] for r in records):
             t = by_id[table_id]

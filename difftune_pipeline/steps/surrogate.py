@@ -81,7 +81,12 @@ def _split(db: str, iterations: int, table_ids: list[str], block_ids, held, key,
     (train, n_train), (held_out, n_held), median = simulations.write_pairs(
         db, iterations, table_ids, block_ids, held, key, folder
     )
-    return Split(PairFile(train, n_train), PairFile(held_out, n_held), median)
+    trained_on = PairFile(train, n_train)
+    try:
+        return Split(trained_on, PairFile(held_out, n_held), median)
+    except OSError:
+        trained_on.close()
+        raise
 
 
 def latest_surrogate(ctx: StepContext) -> dict:

@@ -26,7 +26,7 @@ from difftune_pipeline.model.sampling import PairBatch, PairFile, Pairs, Split
 
 # predict(table matrix [rows, P], globals [G], block indices) -> cycles of those blocks under the table
 Predict = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-# epoch(rng) -> the batches of pair indices of one epoch
+# epoch(rng) -> the batches of one epoch, each read from its file when it is reached
 Epoch = Callable[[np.random.Generator], Iterator[PairBatch]]
 
 

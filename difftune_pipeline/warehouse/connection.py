@@ -185,13 +185,14 @@ def _with_simulations(con: duckdb.DuckDBPyConnection, path: str | Path, sql: str
     """A statement that reads ``simulations`` reads the recorded chunks' Parquet files
     (``simulation_files``): the view is given to its connection, over the files recorded now."""
     try:
-        reads = "simulations" in duckdb.get_table_names(sql)
-    except duckdb.Error:
-        reads = True  # not parsed here: DuckDB says what is wrong with it when it runs
+        reads = "simulations" in {name.lower() for name in duckdb.get_table_names(sql)}
+    except duckdb.Error:  # a statement with parameters is not bound here: its text says
+        reads = re.search(r"\bsimulations\b", sql, re.IGNORECASE) is not None
     if reads:
         from difftune_pipeline.warehouse import simulation_files
 
         files = [file for (file,) in con.execute("SELECT file FROM simulation_chunks").fetchall()]
+        simulation_files.check_local(path, files)
         simulation_files.register(con, path, files)
 
 

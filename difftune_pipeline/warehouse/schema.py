@@ -4,6 +4,7 @@ each in its own transaction, so an old warehouse file is upgraded in place."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -51,8 +52,8 @@ def _simulations_as_files(con: duckdb.DuckDBPyConnection, db: Path) -> None:
         key = chunk_key(mcpu, llvm_version, iterations, table_id, frame["block_id"].to_pylist())
         record = ChunkWriter(root, str(db), mcpu, llvm_version, iterations, shard).write(key, table_id, frame)
         con.execute(
-            "INSERT INTO simulation_chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now()::TIMESTAMP)",
-            [record[c] for c in CHUNK_COLUMNS],
+            "INSERT INTO simulation_chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [*(record[c] for c in CHUNK_COLUMNS), datetime.now(UTC).replace(tzinfo=None)],
         )
     con.execute("DROP TABLE simulations")
 

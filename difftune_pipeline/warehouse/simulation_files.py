@@ -184,6 +184,18 @@ def sizes(db: str | Path, files: list[str]) -> list[int | None]:
     return out
 
 
+def check_local(db: str | Path, files: list[str]) -> None:
+    """Every recorded file on this machine's disk exists (a URI's are not asked:
+    that would cost a request per file), else ``FileNotFoundError`` naming them."""
+    gone = [f for f in files if "://" not in f and not Path(resolve(db, f)).is_file()]
+    if gone:
+        raise FileNotFoundError(
+            f"{len(gone)} recorded simulation chunk file(s) are gone, e.g. {resolve(db, gone[0])}: "
+            "materialise the simulations again (their shards simulate them again), or move the "
+            "warehouse's folder together with its simulations/"
+        )
+
+
 def dataset(db: str | Path, files: list[str]) -> ds.Dataset:
     """The recorded ``files`` as one dataset, scanned lazily (a file is opened
     only when a scan reaches it)."""

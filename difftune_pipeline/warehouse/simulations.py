@@ -32,7 +32,7 @@ def record_chunks(con: duckdb.DuckDBPyConnection, records: list[dict]) -> int:
 
 def lost_chunks(db: Db, table_ids: list[str]) -> list[str]:
     """Recorded chunks of ``table_ids`` whose file is gone or is not the size recorded
-    (deleted, truncated, replaced by hand): their pairs count as not simulated."""
+    (deleted, truncated): their pairs count as not simulated."""
     rows = query(
         "SELECT chunk_key, file, bytes FROM simulation_chunks WHERE table_id IN (SELECT unnest(?)) ORDER BY chunk_key",
         db,
@@ -74,8 +74,15 @@ def simulated_pairs_done(db: Db, iterations: int, table_ids: list[str]) -> set[t
 
 def simulation_totals(db: Db, table_ids: list[str]) -> tuple:
     """(pairs, sum of cycles) simulated successfully under ``table_ids``: what a surrogate trained on."""
-    cycles = _rows(db, table_ids, None, ["cycles"], ok_only=True)["cycles"]
-    return len(cycles), (pc.sum(cycles).as_py() if len(cycles) else None)
+    with _scan(db, None, table_ids, None) as con:
+        return con.sql("SELECT count(*) AS n, sum(cycles) AS s FROM sims WHERE status = 'ok'").pl().row(0)
+
+
+def simulated_rows(db: Db, mcpu: str) -> int:
+    """Rows of the recorded chunks of ``mcpu`` (from their records: no file is read)."""
+    return int(
+        query("SELECT coalesce(sum(rows), 0)::BIGINT AS n FROM simulation_chunks WHERE mcpu = ?", db, [mcpu]).item()
+    )
 
 
 # A pair as a surrogate streams it: block position, table position, the engine's cycles.
@@ -145,7 +152,9 @@ def write_pairs(
 
 
 @contextlib.contextmanager
-def _scan(db: Db, iterations: int, table_ids: list[str], spill: Path | None) -> Iterator[duckdb.DuckDBPyConnection]:
+def _scan(
+    db: Db, iterations: int | None, table_ids: list[str], spill: Path | None
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """A DuckDB of this process's own (not the warehouse file: no lock held while
     it works) with ``sims``, the recorded chunks of ``table_ids``."""
     config = {"memory_limit": SPILL_MEMORY, "threads": 2}
