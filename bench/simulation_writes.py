@@ -7,17 +7,21 @@ the same rows, side by side in one run.
 - **new**: each worker writes its chunk as a Parquet file (``ChunkWriter``: a
   cost of the worker, paid in parallel), and the one writer only records the
   chunks in ``simulation_chunks`` (holding the same ``--prefill`` rows' worth of
-  chunks), one transaction per ``--batch`` chunks that finished together.
+  chunks): every ``RECORD_EVERY`` seconds, the chunks that finished since, in
+  one transaction after checking each file is there. A flush's cost is measured
+  at several batch sizes and fitted (per transaction + per chunk).
 
 One worker's production (pairs/s of the engine on one thread, the bundled
-sample's blocks under sampled tables) gives the projection: at W workers the
-writer is asked for W x that rate, and the efficiency is what it sustains of
-it (100% while it keeps up).
+sample's blocks under sampled tables) gives the projection. At W workers the
+old writer is asked for W x that rate (efficiency: what it sustains of it); the
+new one records W x that rate x RECORD_EVERY / CHUNK chunks per flush, and keeps
+up (100%) while a flush takes less than RECORD_EVERY.
 
     .venv/bin/python bench/simulation_writes.py [--prefill 5000000] [--data $BHIVE_DATA]
 """
 
 import argparse
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -28,10 +32,10 @@ from common import add_data_argument, bhive_blocks
 
 from difftune_pipeline.engine import Engine
 from difftune_pipeline.model.params import ParamSpace
-from difftune_pipeline.steps.simulations import CHUNK
+from difftune_pipeline.steps.simulations import CHUNK, RECORD_EVERY
 from difftune_pipeline.warehouse import insert_new, simulations, writer
 from difftune_pipeline.warehouse.connection import connect
-from difftune_pipeline.warehouse.simulation_files import Chunk, ChunkWriter, chunk_key
+from difftune_pipeline.warehouse.simulation_files import Chunk, ChunkWriter, chunk_key, sizes
 
 OLD_CHUNK = 4000  # rows per transaction of the old path
 OLD_TABLE = """
@@ -90,8 +94,9 @@ def worker_files(frame: pl.DataFrame, folder: Path) -> tuple[list[dict], float]:
     return records, (time.perf_counter() - t0) / frame.height
 
 
-def new_path(records: list[dict], prefill: int, batch: int, folder: Path) -> float:
-    """Rows/s of the one writer recording chunks, ``batch`` per transaction."""
+def new_path(records: list[dict], prefill: int, batches: list[int], folder: Path) -> dict[int, float]:
+    """Seconds the one writer takes to record ``b`` finished chunks, as the step does
+    (each file's size checked as the step sees it, then one transaction), per batch size."""
     db = folder / "new.duckdb"
     con = connect(db)
     con.execute(
@@ -101,11 +106,21 @@ def new_path(records: list[dict], prefill: int, batch: int, folder: Path) -> flo
         [CHUNK, prefill // CHUNK],
     )
     con.close()
-    t0 = time.perf_counter()
-    for start in range(0, len(records), batch):
+    seconds = {}
+    for b in batches:
+        part = [{**r, "chunk_key": f"{r['chunk_key']}-{b}-{i}"} for i, r in enumerate(records[:b])]
+        t0 = time.perf_counter()
+        sizes(db, [r["file"] for r in part])
         with writer(db) as w:
-            simulations.record_chunks(w, records[start : start + batch])
-    return sum(r["rows"] for r in records) / (time.perf_counter() - t0)
+            simulations.record_chunks(w, part)
+        seconds[b] = time.perf_counter() - t0
+    return seconds
+
+
+def flush_seconds(seconds: dict[int, float], b: int) -> float:
+    """A flush of ``b`` chunks: the measured cost per transaction and per chunk, fitted."""
+    fixed, per_chunk = np.polyfit(list(seconds), list(seconds.values()), 1)[::-1]
+    return max(fixed, 0.0) + per_chunk * b
 
 
 def worker_rate(engine: Engine, blocks: list, pairs: int) -> float:
@@ -125,7 +140,6 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=200_000, help="rows both writers store, timed")
     parser.add_argument("--prefill", type=int, default=5_000_000, help="rows each store holds before")
-    parser.add_argument("--batch", type=int, default=1, help="chunks per recording transaction (new path)")
     parser.add_argument("--blocks", type=int, default=500)
     parser.add_argument("--pairs", type=int, default=2000, help="pairs timed for one worker's rate")
     add_data_argument(parser)
@@ -138,21 +152,26 @@ def main() -> None:
         folder = Path(tmp)
         old = old_path(frame, args.prefill, folder)
         records, file_seconds = worker_files(frame, folder)
-        new = new_path(records, args.prefill, args.batch, folder)
+        flushes = new_path(records, args.prefill, [1, 16, 64, min(256, len(records))], folder)
     new_worker = 1 / (1 / per_worker + file_seconds)  # a worker simulates, then writes its chunk's file
 
     print(f"{args.rows:,} rows stored by each path; each store held {args.prefill:,} rows' worth before")
     print(f"one worker: {per_worker:,.0f} pairs/s simulated; {1e6 * file_seconds:.1f} µs per row to write")
     print(f"its chunks' Parquet files ({CHUNK} pairs each), so {new_worker:,.0f} pairs/s on the new path")
-    print(f"{'path':<6} {'writer rows/s':>14} {'worker rows/s':>14} {'limit (workers)':>16}")
-    paths = {"old": (old, per_worker), "new": (new, new_worker)}
-    for name, (rate, worker) in paths.items():
-        print(f"{name:<6} {rate:14,.0f} {worker:14,.0f} {rate / worker:16,.0f}")
-    print(f"new / old writer throughput: {new / old:.1f}x")
-    print(f"\n{'workers':>8} {'old efficiency':>15} {'new efficiency':>15}")
-    for workers in (8, 21, 32, 64, 128, 256):
-        eff = {name: min(1.0, rate / (workers * worker)) for name, (rate, worker) in paths.items()}
-        print(f"{workers:>8} {eff['old']:15.0%} {eff['new']:15.0%}")
+    print(f"old path: the writer inserts {old:,.0f} rows/s ({OLD_CHUNK:,}-row transactions)")
+    print("new path: the writer records finished chunks every", RECORD_EVERY, "s; one flush of b chunks takes")
+    for b, t in flushes.items():
+        print(f"  b = {b:4d}: {1000 * t:7.1f} ms ({b * CHUNK / t:12,.0f} rows/s)")
+    print(f"\n{'workers':>8} {'old efficiency':>15} {'chunks/flush':>13} {'flush (ms)':>11} {'new efficiency':>15}")
+    for workers in (8, 21, 32, 64, 128, 256, 1024):
+        b = math.ceil(workers * new_worker * RECORD_EVERY / CHUNK)
+        t = flush_seconds(flushes, b)
+        old_eff = min(1.0, old / (workers * per_worker))
+        print(f"{workers:>8} {old_eff:15.0%} {b:13,} {1000 * t:11.0f} {min(1.0, RECORD_EVERY / t):15.0%}")
+    print(f"old: writing limits above {old / per_worker:.0f} workers; new: above ", end="")
+    # the largest worker count whose flush still fits in the flush interval
+    fixed, per_chunk = np.polyfit(list(flushes), list(flushes.values()), 1)[::-1]
+    print(f"{(RECORD_EVERY - max(fixed, 0.0)) / per_chunk * CHUNK / RECORD_EVERY / new_worker:,.0f} workers")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ def grown(source: Path, folder: Path, uarch: str, times: int) -> Path:
     """A copy of the warehouse whose every sampled table has ``times - 1`` copies under new seeds."""
     db = folder / "w.duckdb"
     shutil.copy(source, db)
-    shutil.copytree(source.parent / "simulations", folder / "simulations")
+    if (source.parent / "simulations").exists():  # an older warehouse has them inside: migrated on first use
+        shutil.copytree(source.parent / "simulations", folder / "simulations")
     full = settings_for("full")
     ctx = StepContext(str(db), Engine(uarch), settings_for("full", settings(full.tables_per_preset * times)))
     space, _, _ = ctx.space()

@@ -142,11 +142,15 @@ def training_pairs(
     files (``steps.surrogate``, through the warehouse's ``simulations.write_pairs``)."""
     wanted = set(block_ids)
     present = sorted(b for b, n in counts.items() if n and b in wanted)
-    encoded = [space.encode(space.sampled_table(s.preset, s.seed, default)) for s in tables]
+    matrices = torch.zeros((len(tables), len(space.keys) + 1, space.width))  # filled in place: no second copy
+    globals_ = torch.zeros((len(tables), len(space.globals)))
+    for i, s in enumerate(tables):
+        m, g = space.encode(space.sampled_table(s.preset, s.seed, default))
+        matrices[i, :-1], globals_[i] = torch.from_numpy(m), torch.from_numpy(g)
     return Pairs(
         block_ids=present,
-        tables=torch.tensor(np.stack([np.vstack([m, np.zeros((1, m.shape[1]), m.dtype)]) for m, _ in encoded])),
-        globals_=torch.tensor(np.stack([g for _, g in encoded])),
+        tables=matrices,
+        globals_=globals_,
         n=sum(counts[b] for b in present),
         split=lambda held, key, folder: split(present, held, key, folder),
     )
