@@ -87,8 +87,9 @@ def main() -> None:
                 [sys.executable, "-c", CHILD, str(db), args.uarch, json.dumps(settings(per_preset * times))],
                 capture_output=True,
                 text=True,
-                check=True,
             )
+            if run.returncode:
+                raise SystemExit(f"the surrogate step failed at {times}x:\n{run.stderr[-3000:]}")
             results[times] = json.loads(run.stdout.strip().splitlines()[-1])
     print(f"{'pairs':>10} {'x':>4} {'peak RSS (MB)':>14} {'vs 1x':>7} {'seconds':>8}")
     base = results[args.times[0]]["peak_rss_mb"]

@@ -87,7 +87,7 @@ def simulated_rows(db: Db, mcpu: str) -> int:
 
 # A pair as a surrogate streams it: block position, table position, the engine's cycles.
 PAIR = np.dtype([("block", "<i4"), ("table", "<i4"), ("cycles", "<f4")])
-SPILL_MEMORY = "64MB"  # what the sort of the pairs may hold in memory before it spills to disk
+SPILL_MEMORY = "128MB"  # what the sort of the pairs may hold in memory before it spills to disk
 
 
 def pair_counts(db: Db, iterations: int, table_ids: list[str]) -> dict[str, int]:
