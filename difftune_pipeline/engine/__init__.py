@@ -36,6 +36,7 @@ DEFAULT_CYCLE_CAP = 10_000_000
 DEFAULT_SHOWN = 10  # iterations a trace records instruction by instruction (llvm-mca's timeline default)
 MAX_SHOWN = 1000
 MAX_TRACE_ITERATIONS = 100_000  # a trace never fast-forwards: every iteration is simulated
+PER_CALL = 4096  # pairs of one table simulated in one call by simulate_chunks
 COMPILED_CACHE = 64  # compiled tables kept (each holds copies of the CPU's scheduling tables)
 
 __all__ = [
@@ -242,18 +243,33 @@ class Engine:
         """Chunks ``(table, block_idx, payload)``: blocks ``blocks[block_idx]`` under
         one table, each handed with its result to ``write(payload, cycles, status)``
         in the process that simulated it; yields what ``write`` returns, as chunks
-        finish. Here: in this process, a chunk at a time on every thread."""
-        for table, block_idx, payload in chunks:
-            result = self.simulate_pairs(
-                blocks,
-                [table],
-                block_idx,
-                np.zeros(len(block_idx), dtype=np.int64),
-                iterations=iterations,
-                cycle_cap=cycle_cap,
-                fast_forward=fast_forward,
-            )
-            yield write(payload, result.cycles, result.status)
+        finish. Here: in this process, consecutive chunks of one table together
+        (up to ``PER_CALL`` pairs) in one call on every thread."""
+        group: list = []
+        for chunk in chunks:
+            if group and (chunk[0] is not group[0][0] or sum(len(c[1]) for c in group) + len(chunk[1]) > PER_CALL):
+                yield from self._simulate_group(blocks, group, write, iterations, cycle_cap, fast_forward)
+                group = []
+            group.append(chunk)
+        if group:
+            yield from self._simulate_group(blocks, group, write, iterations, cycle_cap, fast_forward)
+
+    def _simulate_group(self, blocks, group, write, iterations, cycle_cap, fast_forward) -> Iterator:
+        block_idx = np.concatenate([np.asarray(c[1], dtype=np.int64) for c in group])
+        result = self.simulate_pairs(
+            blocks,
+            [group[0][0]],
+            block_idx,
+            np.zeros(len(block_idx), dtype=np.int64),
+            iterations=iterations,
+            cycle_cap=cycle_cap,
+            fast_forward=fast_forward,
+        )
+        start = 0
+        for _, idx, payload in group:
+            end = start + len(idx)
+            yield write(payload, result.cycles[start:end], result.status[start:end])
+            start = end
 
     def trace(
         self,
