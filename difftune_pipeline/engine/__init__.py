@@ -246,11 +246,13 @@ class Engine:
         finish. Here: in this process, consecutive chunks of one table together
         (up to ``PER_CALL`` pairs) in one call on every thread."""
         group: list = []
+        pairs = 0
         for chunk in chunks:
-            if group and (chunk[0] is not group[0][0] or sum(len(c[1]) for c in group) + len(chunk[1]) > PER_CALL):
+            if group and (chunk[0] is not group[0][0] or pairs + len(chunk[1]) > PER_CALL):
                 yield from self._simulate_group(blocks, group, write, iterations, cycle_cap, fast_forward)
-                group = []
+                group, pairs = [], 0
             group.append(chunk)
+            pairs += len(chunk[1])
         if group:
             yield from self._simulate_group(blocks, group, write, iterations, cycle_cap, fast_forward)
 

@@ -187,7 +187,8 @@ def sizes(db: str | Path, files: list[str]) -> list[int | None]:
 def check_local(db: str | Path, files: list[str]) -> None:
     """Every recorded file on this machine's disk exists (a URI's are not asked:
     that would cost a request per file), else ``FileNotFoundError`` naming them."""
-    gone = [f for f in files if "://" not in f and not Path(resolve(db, f)).is_file()]
+    local = [f for f in files if "://" not in f]
+    gone = [f for f, size in zip(local, sizes(db, local)) if size is None]
     if gone:
         raise FileNotFoundError(
             f"{len(gone)} recorded simulation chunk file(s) are gone, e.g. {resolve(db, gone[0])}: "

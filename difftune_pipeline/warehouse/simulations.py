@@ -56,19 +56,12 @@ def chunk_files(db: Db, table_ids: list[str], iterations: int | None = None) -> 
     )["file"].to_list()
 
 
-def _rows(db: Db, table_ids: list[str], iterations: int | None, columns: list[str], ok_only: bool) -> pa.Table:
-    """Columns of the simulated rows of ``table_ids``, read from their chunks' files only."""
-    wanted = pc.field("table_id").isin(table_ids)
-    if iterations is not None:
-        wanted &= pc.field("iterations") == iterations
-    if ok_only:
-        wanted &= pc.field("status") == "ok"
-    return simulation_files.dataset(db, chunk_files(db, table_ids, iterations)).to_table(columns=columns, filter=wanted)
-
-
 def simulated_pairs_done(db: Db, iterations: int, table_ids: list[str]) -> set[tuple[str, str]]:
-    """(block, table) pairs of ``table_ids`` already simulated, whatever their status."""
-    done = _rows(db, table_ids, iterations, ["block_id", "table_id"], ok_only=False)
+    """(block, table) pairs of ``table_ids`` already simulated, whatever their status,
+    read from their chunks' files only."""
+    wanted = pc.field("table_id").isin(table_ids) & (pc.field("iterations") == iterations)
+    files = simulation_files.dataset(db, chunk_files(db, table_ids, iterations))
+    done = files.to_table(columns=["block_id", "table_id"], filter=wanted)
     return set(zip(done["block_id"].to_pylist(), done["table_id"].to_pylist()))
 
 
