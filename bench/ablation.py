@@ -4,13 +4,15 @@ Adding: from each µarch's learned llvm-mca table, each mechanism alone, the
 extended model's three and all four, re-tuned by the direct search through the
 real engine on the train split. Removing (``--extended``): from the µarch's newest table the pipeline
 learned under the extended model, that table as it is, and each mechanism
-turned off in turn, re-tuned the same way.
+turned off in turn, re-tuned the same way, and that table with no stall on a
+length-changing prefix (``lcp_penalty`` 0, not re-tuned).
 
     .venv/bin/python bench/ablation.py --warehouse W.duckdb --data ../shared/data \
         [--mcpu haswell skylake ivybridge] [--budget 60000] [--rounds 2] [--extended] [--out ablation.json]
 
 W is a warehouse the ``full`` profile tuned; it is read, never written.
-Reported per configuration: test MAPE and Kendall tau, and the slices
+Reported per configuration: test MAPE and Kendall tau of the steady state (what
+BHive measures), and the slices
 ``bottleneck:*`` (from W's block features), ``mem:store_load`` (a load reads
 bytes a store wrote, at BHive-harness addresses), ``alias:bhive`` (BHive's own
 may-alias list, with and without the harness model) and ``fe:above_16B``
@@ -72,7 +74,7 @@ class Splits:
         """(MAPE, Kendall tau) of ``table`` on ``split``, over the blocks it simulates."""
         r = self.engine.simulate(self.blocks[split], table)
         truth = self.measured[split][r.ok]
-        return mape(r.cycles[r.ok], truth), kendall_tau(r.cycles[r.ok], truth)
+        return mape(r.steady[r.ok], truth), kendall_tau(r.steady[r.ok], truth)
 
     def search(self, default: ParamTable, config: SearchConfig, start: ParamTable | None = None) -> ParamTable:
         """The direct search on train from ``start`` (default: ``default``), the best round on val."""
@@ -147,7 +149,7 @@ def main() -> None:
             "all": np.ones(len(ids), bool),
             "mem:store_load": store_load,
             "alias:bhive": np.array([h in aliasing_list for h in hexes]),
-            "fe:above_16B": plain_test.ok & (nbytes * 100 / np.maximum(plain_test.cycles, 1) > 16),
+            "fe:above_16B": plain_test.ok & (nbytes * 100 / np.maximum(plain_test.steady, 1) > 16),
         }
         for kind in sorted(set(bottleneck.values())):
             masks[f"bottleneck:{kind}"] = np.array([bottleneck.get(b) == kind for b in ids])
@@ -157,6 +159,10 @@ def main() -> None:
             _, ext = _latest_learned(db, mcpu, extended=True)
             runs.append(("extended (pipeline)", None, ext))
             runs += [(f"extended − {m}", tuple(x for x in ext.mechanisms if x != m), ext) for m in ext.mechanisms]
+            if "front_end" in ext.mechanisms:  # the pipeline's table with no stall on a length-changing prefix
+                no_lcp = ext.copy()
+                no_lcp.globals["lcp_penalty"] = 0
+                runs.append(("extended − LCP stall (not re-tuned)", None, no_lcp))
         for name, mechanisms, origin in runs:
             key = f"{mcpu}/{name}"
             if key in results:
@@ -169,7 +175,7 @@ def main() -> None:
 
             def score(t: ParamTable, engine=engine, val=blocks["val"], truth_val=data["val"][2]) -> float:
                 r = engine.simulate(val, t)
-                return mape(r.cycles[r.ok], truth_val[r.ok])
+                return mape(r.steady[r.ok], truth_val[r.ok])
 
             t1 = time.perf_counter()
             if start.mechanisms != origin.mechanisms or origin is learned and mechanisms:
@@ -186,12 +192,12 @@ def main() -> None:
             else:
                 table = start
             r = engine.simulate(blocks["test"], table)
-            row = figures(r.cycles.astype(float), r.ok, truth, masks)
+            row = figures(r.steady, r.ok, truth, masks)
             if "memory" in mechanisms:  # the may-alias blocks without the harness model
                 sym = table.with_model(table.mechanisms, "none")
                 rs = engine.simulate(symbolic_test, sym)
                 row["alias:bhive without harness"] = figures(
-                    rs.cycles.astype(float), rs.ok, truth, {"x": masks["alias:bhive"]}
+                    rs.steady, rs.ok, truth, {"x": masks["alias:bhive"]}
                 )["x"]
             row["seconds"] = time.perf_counter() - t1
             row["globals"] = table.globals

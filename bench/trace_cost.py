@@ -36,7 +36,7 @@ engine = Engine(mcpu)
 blocks = [engine.parse_asm("\\n".join(b.asm)) for b in engine.disassemble_many(hexes)]
 table, n = engine.compile(None), len(blocks)
 t = time.perf_counter()
-cycles, _ = engine._native.simulate(blocks, [table], list(range(n)), [0] * n, 100, 1, 10_000_000, False)
+cycles = engine._native.simulate(blocks, [table], list(range(n)), [0] * n, 100, 1, 10_000_000, False)[0]
 native = time.perf_counter() - t
 t = time.perf_counter(); engine.simulate(blocks, threads=1); whole = time.perf_counter() - t
 out = {"off": n / native, "whole": n / whole, "cycles": list(cycles)}

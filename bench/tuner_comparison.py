@@ -44,7 +44,9 @@ OUT = Path(__file__).parent / "out"
 def test_metrics(ctx: StepContext, table, frame: pl.DataFrame, blocks: dict, members: pl.DataFrame) -> dict:
     """Test MAPE/τ overall, per slice (and which slices are worse than the default)."""
     result = ctx.engine.simulate([blocks[b] for b in frame["block_id"]], table)
-    pred = frame.select("block_id", "cycles_per_100").with_columns(pl.Series("cycles", result.cycles))
+    pred = frame.select("block_id", "cycles_per_100").with_columns(
+        pl.Series("cycles", result.predicted(ctx.settings.measure))
+    )
     pred = pred.filter(pl.Series(result.ok))
     test = pred.select("block_id", pl.lit("test").alias("split"))
     by_slice = metrics_by_slice(

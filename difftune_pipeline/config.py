@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from difftune_pipeline.engine import extended
+from difftune_pipeline.engine import MEASURES, extended
 from difftune_pipeline.model.params import PRESETS
 from difftune_pipeline.surrogates import surrogate_type
 from difftune_pipeline.surrogates.lstm import LSTMConfig
 from difftune_pipeline.surrogates.structured import StructuredConfig
 from difftune_pipeline.tuners import compose
 from difftune_pipeline.tuners.gradient import TuneConfig
+from difftune_pipeline.tuners.pruning import PruneConfig
 from difftune_pipeline.tuners.search import SearchConfig
 
 
@@ -31,12 +32,17 @@ class Settings:
     blocks_per_table: int = 0  # 0: every train block
     shards: int = 4  # simulation partitions
     iterations: int = 100
+    # What a table predicts and is tuned and judged on (engine.SimResult.predicted):
+    # steady (what BHive measures: the cycles per 100 iterations once fill and drain
+    # cancel) or total (llvm-mca's Total Cycles at `iterations`)
+    measure: str = "steady"
     surrogate_model: str = "structured"  # structured | ithemal (DiffTune's LSTM)
     lstm: LSTMConfig = field(default_factory=LSTMConfig)
     structured: StructuredConfig = field(default_factory=StructuredConfig)
     tuner: str = "combined"  # surrogate | direct | combined | combined+direct (tuners/__init__.py)
     tune: TuneConfig = field(default_factory=TuneConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
+    prune: PruneConfig = field(default_factory=PruneConfig)  # the tuners' last stage (tuners/pruning.py)
     max_surrogate_heldout_mape: float = 0.25  # the surrogate's fidelity check fails above this
     # The simulator: llvm-mca's model, the extended one (engine/extended.py), some of
     # its mechanisms (llvm-mca+front_end+…), or auto: the one whose default table
@@ -136,9 +142,11 @@ def settings_for(profile: str, overrides: dict[str, Any] | None = None) -> Setti
         raise ValueError(f"unknown profile {profile!r}: one of {sorted(PROFILES)}")
     settings = override(override(Settings(), PROFILES[profile]), overrides or {})
     surrogate_type(settings.surrogate_model)  # refuses an unknown name, listing the known ones
-    compose(settings.tuner, settings.tune, settings.search)
+    compose(settings.tuner, settings.tune, settings.search, settings.prune)
     extended.parse(settings.model)  # refuses an unknown model or mechanism
     extended.check((), settings.harness)
+    if settings.measure not in MEASURES:
+        raise ValueError(f"setting 'measure' must be one of {', '.join(MEASURES)}, got {settings.measure!r}")
     unknown = [p for p in settings.presets if p not in PRESETS]
     if unknown:
         raise ValueError(f"unknown sampling presets {unknown}: one of {PRESETS}")

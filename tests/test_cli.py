@@ -29,10 +29,13 @@ def test_simulate_hex_matches_llvm_mca(haswell):
 
 def test_simulate_csv_reports_metrics_and_bad_rows(tmp_path):
     csv = tmp_path / "b.csv"
-    csv.write_text("4801d8,100\n4883c0014839d875f7,300\nzz,5\n4801c8,abc\n4829d8,80\n")
+    csv.write_text("4801d8,100\n480fafc0,280\nzz,5\n4801c8,abc\n4801d84801c3,210\n")
     out = _json(["simulate", "--csv", str(csv), "--json"])
-    assert out["n"] == 5 and out["failed"] == 2
-    assert 0 <= out["mape"] and -1 <= out["kendall_tau"] <= 1
+    assert out["n"] == 5 and out["failed"] == 2 and out["measure"] == "steady"
+    assert [r["steady_cycles_per_100"] for r in out["results"]] == [100.0, 300.0, None, None, 200.0]
+    assert out["mape"] == pytest.approx((0 + 20 / 280 + 10 / 210) / 3) and out["kendall_tau"] == 1.0
+    total = _json(["simulate", "--csv", str(csv), "--json", "--measure", "total"])
+    assert total["mape"] == pytest.approx((3 / 100 + 23 / 280 + 7 / 210) / 3)
     statuses = [r["status"] for r in out["results"]]
     assert "non-hex" in statuses[2] and "is not a number" in statuses[3]
 
@@ -116,7 +119,7 @@ def test_sql_without_a_warehouse(cli_env):
 
 def test_evaluate_reports_the_same_keys_as_simulate(tmp_path):
     csv = tmp_path / "m.csv"
-    csv.write_text("4801d8,100\n4883c0014839d875f7,300\n4829d8,80\n")
+    csv.write_text("4801d8,100\n480fafc0,280\n4801d84801c3,210\n")
     out = _json(["evaluate", "--csv", str(csv), "--mcpu", "haswell", "--json"])
     assert out["n"] == 3 and out["failed"] == 0 and out["mape"] > 0 and out["kendall_tau"] is not None
     assert out == _json(["simulate", "--csv", str(csv), "--mcpu", "haswell", "--json"])

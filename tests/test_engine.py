@@ -131,7 +131,7 @@ def test_export_import_leaves_results_unchanged(haswell, sample_rows, tmp_path):
     # Compiling every row (not only changed ones) must reproduce LLVM exactly.
     full = haswell._native.compile(again.globals, [{"key": k, **r} for k, r in again.rows.items()])
     n = len(blocks)
-    cycles, _ = haswell._native.simulate(blocks, [full], list(range(n)), [0] * n, 100, 2, 10**7)
+    cycles, _, _ = haswell._native.simulate(blocks, [full], list(range(n)), [0] * n, 100, 2, 10**7)
     assert cycles == haswell.simulate(blocks).cycles.tolist()
 
 
@@ -235,6 +235,29 @@ def test_threads_do_not_change_results(haswell, sample_rows):
 def test_unknown_cpu():
     with pytest.raises(ValueError, match="unknown CPU 'pentium9': LLVM .* models .*haswell"):
         Engine("pentium9")
+
+
+def test_steady_state_equals_the_binarys_difference_of_two_iteration_counts(haswell, sample_rows):
+    """BHive's quantity is cycles(a) - cycles(b) for two unroll counts. Wherever the
+    llvm-mca binary's difference is the same for 100 -> 200 and 200 -> 300 iterations
+    (the run has settled), the engine's steady state, from one 100-iteration
+    simulation, equals it exactly; a trace and fast-forward give the same."""
+    blocks = [haswell.parse_asm("\n".join(b.asm)) for b in haswell.disassemble_many([h for h, _ in sample_rows[:80]])]
+    asm = [list(b.asm) for b in blocks if b.ok]
+    blocks = [b for b in blocks if b.ok]
+    c100, c200, c300 = (llvm_mca_many(asm, "haswell", iterations=n) for n in (100, 200, 300))
+    settled = [
+        i for i in range(len(blocks)) if None not in (c100[i], c300[i]) and c300[i] - c200[i] == c200[i] - c100[i]
+    ]
+    assert len(settled) >= 70
+    result = haswell.simulate(blocks)
+    assert [result.steady[i] for i in settled] == [c200[i] - c100[i] for i in settled]
+    assert result.cycles.tolist() == c100  # the Total Cycles are still the binary's
+    assert haswell.simulate(blocks, fast_forward=True).steady.tolist() == result.steady.tolist()
+    assert haswell.trace(blocks[settled[0]]).steady == result.steady[settled[0]]
+    assert result.predicted("steady") is result.steady and result.predicted("total").dtype == np.float64
+    with pytest.raises(ValueError, match="steady, total"):
+        result.predicted("cycles")
 
 
 def test_fast_forward_is_opt_in_and_close(haswell, sample_rows):

@@ -87,7 +87,7 @@ class DyingWriter(ChunkWriter):
 
     marker: str = ""
 
-    def __call__(self, chunk, cycles, status):
+    def __call__(self, chunk, result):
         if not os.path.exists(self.marker):
             open(self.marker, "w").close()
             folder = os.path.join(self.root, self.mcpu, self.shard)
@@ -95,7 +95,7 @@ class DyingWriter(ChunkWriter):
             with open(os.path.join(folder, f".{chunk.key}.dying.tmp"), "wb") as half:
                 half.write(b"PAR1 half a file")
             os.kill(os.getpid(), signal.SIGKILL)
-        return super().__call__(chunk, cycles, status)
+        return super().__call__(chunk, result)
 
 
 def test_a_worker_killed_mid_chunk_loses_and_duplicates_nothing(pool, haswell, tmp_path, monkeypatch):

@@ -9,11 +9,18 @@ import numpy as np
 import pytest
 
 from difftune_pipeline import environment
+from difftune_pipeline.engine import SimResult
 from difftune_pipeline.warehouse import simulation_files as sf
 
 
 def _writer(root, db, shard="shard-0"):
     return sf.ChunkWriter(str(root), str(db), "haswell", "19", 100, shard)
+
+
+def _result(cycles, status):
+    """What the engine gives for ``cycles`` (steady state: a tenth of them, to tell the two apart)."""
+    ok = np.array([st == "ok" for st in status])
+    return SimResult(np.array(cycles), status, np.where(ok, np.array(cycles) / 10, np.nan))
 
 
 def _chunk(ids, table="t1"):
@@ -23,29 +30,31 @@ def _chunk(ids, table="t1"):
 def _read(db, files):
     con = duckdb.connect()
     sf.register(con, db, files)
-    return con.sql("SELECT block_id, table_id, cycles, status FROM simulations ORDER BY ALL").fetchall()
+    return con.sql(
+        "SELECT block_id, table_id, cycles, steady_cycles_per_100, status FROM simulations ORDER BY ALL"
+    ).fetchall()
 
 
 def test_a_chunk_written_again_replaces_its_file(tmp_path):
     db, ids = tmp_path / "w.duckdb", ["b1", "b2", "b3"]
     files = _writer(tmp_path / "simulations", db)
-    first = files(_chunk(ids), np.array([100, -1, 300]), ["ok", "cycle cap", "ok"])
-    again = files(_chunk(ids), np.array([100, -1, 300]), ["ok", "cycle cap", "ok"])
+    first = files(_chunk(ids), _result([100, -1, 300], ["ok", "cycle cap", "ok"]))
+    again = files(_chunk(ids), _result([100, -1, 300], ["ok", "cycle cap", "ok"]))
     assert first == again and (first["rows"], first["failed"]) == (3, 1)
     assert first["file"] == f"simulations/haswell/shard-0/{_chunk(ids).key}.parquet"  # relative to the warehouse
     on_disk = list((tmp_path / "simulations").rglob("*"))
     assert [p.name for p in on_disk if p.is_file()] == [f"{_chunk(ids).key}.parquet"]  # no temporary file left
     assert _read(db, [first["file"]]) == [
-        ("b1", "t1", 100, "ok"),
-        ("b2", "t1", None, "cycle cap"),
-        ("b3", "t1", 300, "ok"),
+        ("b1", "t1", 100, 10.0, "ok"),
+        ("b2", "t1", None, None, "cycle cap"),
+        ("b3", "t1", 300, 30.0, "ok"),
     ]
     assert sf.sizes(db, [first["file"], "simulations/gone.parquet"]) == [first["bytes"], None]
 
 
 def test_only_stale_temporary_files_are_removed(tmp_path):
     files = _writer(tmp_path / "simulations", tmp_path / "w.duckdb")
-    files(_chunk(["b1"]), np.array([5]), ["ok"])
+    files(_chunk(["b1"]), _result([5], ["ok"]))
     folder = tmp_path / "simulations" / "haswell" / "shard-0"
     old, young = folder / ".dead.1.tmp", folder / ".alive.2.tmp"
     old.write_bytes(b"PAR1 half")
@@ -58,10 +67,14 @@ def test_only_stale_temporary_files_are_removed(tmp_path):
 def test_chunks_on_a_uri_are_written_and_read_through_pyarrow(tmp_path):
     db = tmp_path / "w.duckdb"
     files = _writer("mock:///bucket/sims", db)  # pyarrow's in-memory filesystem, as an object store would be
-    a = files(_chunk(["b1", "b2"]), np.array([10, 20]), ["ok", "ok"])
-    b = files(_chunk(["b3"], "t2"), np.array([30]), ["ok"])
+    a = files(_chunk(["b1", "b2"]), _result([10, 20], ["ok", "ok"]))
+    b = files(_chunk(["b3"], "t2"), _result([30], ["ok"]))
     assert a["file"].startswith("mock:///bucket/sims/haswell/shard-0/")  # recorded as the full URI
-    assert _read(db, [a["file"], b["file"]]) == [("b1", "t1", 10, "ok"), ("b2", "t1", 20, "ok"), ("b3", "t2", 30, "ok")]
+    assert _read(db, [a["file"], b["file"]]) == [
+        ("b1", "t1", 10, 1.0, "ok"),
+        ("b2", "t1", 20, 2.0, "ok"),
+        ("b3", "t2", 30, 3.0, "ok"),
+    ]
     assert not (tmp_path / "simulations").exists()
 
 

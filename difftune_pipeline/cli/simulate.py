@@ -38,6 +38,13 @@ Model = Annotated[
 Harness = Annotated[
     str | None, typer.Option("--harness", help="where memory addresses come from: bhive or none (default: the table's)")
 ]
+Measure = Annotated[
+    str,
+    typer.Option(
+        help="what is scored against measurements: steady (cycles per 100 iterations once fill and drain cancel,"
+        " as BHive measures) or total (llvm-mca's Total Cycles)"
+    ),
+]
 
 
 def _read_inputs(csv: Path | None, hex_: list[str] | None, asm: Path | None):
@@ -77,12 +84,18 @@ def run_table(
     threads: int | None,
     model: str | None = None,
     harness_name: str | None = None,
+    measure: str = "steady",
 ) -> dict:
     """Simulate inputs under a table, with the model and harness it records unless
-    ``model``/``harness_name`` say otherwise: the shared core of ``simulate`` and ``evaluate``."""
+    ``model``/``harness_name`` say otherwise, scored by ``measure``: the shared core
+    of ``simulate`` and ``evaluate``."""
     from difftune_pipeline import harness
-    from difftune_pipeline.engine import Engine, ParamTable, extended
+    from difftune_pipeline.engine import MEASURES, Engine, ParamTable, extended
     from difftune_pipeline.model.metrics import kendall_tau, mape
+    from difftune_pipeline.warehouse.simulations import PREDICTED
+
+    if measure not in MEASURES:
+        raise ValueError(f"--measure must be one of {', '.join(MEASURES)}, not {measure!r}")
 
     engine = Engine(mcpu)
     table = ParamTable.from_json(params) if params else None
@@ -101,32 +114,39 @@ def run_table(
         found = [harness.accesses(b, table.harness) for b in blocks]
         fallbacks = sum(a.status != "ok" for a in found if a.harness != table.harness)
         blocks = [a.attach(b) for a, b in zip(found, blocks)]
-    cycles_, status_ = [], []
+    cycles_, steady_, status_ = [], [], []
     with progress() as bar:
         task = bar.add_task(f"simulating (-mcpu={mcpu})", total=len(blocks))
         for start in range(0, len(blocks), CHUNK):
             result = engine.simulate(blocks[start : start + CHUNK], table, iterations=iterations, threads=threads)
             cycles_ += result.cycles.tolist()
+            steady_ += result.steady.tolist()
             status_ += list(result.status)
             bar.advance(task, len(result.status))
     rows = []
-    for (label, _, _, measured, problem), block, cycles, status in zip(items, blocks, cycles_, status_):
+    for (label, _, _, measured, problem), block, cycles, steady, status in zip(
+        items, blocks, cycles_, steady_, status_
+    ):
         if problem:
-            status, cycles = f"bad input: {problem}", -1
+            status = f"bad input: {problem}"
+        ok = status == "ok"
         rows.append(
             {
                 "input": label,
                 "asm": list(block.asm),
-                "cycles": int(cycles) if status == "ok" else None,
+                "cycles": int(cycles) if ok else None,
+                "steady_cycles_per_100": round(steady, 4) if ok else None,
                 "measured": measured,
                 "status": status,
             }
         )
-    scored = [(r["cycles"], r["measured"]) for r in rows if r["cycles"] is not None and r["measured"] is not None]
+    column = PREDICTED[measure]
+    scored = [(r[column], r["measured"]) for r in rows if r[column] is not None and r["measured"] is not None]
     return {
         "mcpu": mcpu,
         "llvm_version": engine.llvm_version,
         "iterations": iterations,
+        "measure": measure,
         "params": str(params) if params else "default",
         "model": table.model if table is not None else extended.PLAIN,
         "harness_fallbacks": fallbacks,
@@ -139,6 +159,8 @@ def run_table(
 
 
 def _print_report(report: dict, as_json: bool) -> None:
+    from difftune_pipeline.engine import MEASURES
+
     if as_json:
         print_json(report)
         return
@@ -146,17 +168,20 @@ def _print_report(report: dict, as_json: bool) -> None:
         title=f"{report['model']} (LLVM {report['llvm_version']}) -mcpu={report['mcpu']}, "
         f"{report['iterations']} iterations"
     )
-    for col in ("input", "cycles", "measured", "status"):
+    for col in ("input", "steady /100 it.", "total cycles", "measured", "status"):
         table.add_column(col, overflow="fold")
     for r in report["results"]:
         table.add_row(
             Text(r["input"][:40]),
+            f"{r['steady_cycles_per_100']:g}" if r["steady_cycles_per_100"] is not None else "-",
             str(r["cycles"] if r["cycles"] is not None else "-"),
             f"{r['measured']:g}" if r["measured"] is not None else "-",
             Text(r["status"]),
         )
     console.print(table)
     summary = f"n={report['n']} failed={report['failed']}"
+    if report["mape"] is not None:
+        summary += f" scored by the {MEASURES[report['measure']]}:"
     if report["harness_fallbacks"]:
         summary += f" symbolic-address fallbacks={report['harness_fallbacks']}"
     if report["mape"] is not None:
@@ -166,9 +191,9 @@ def _print_report(report: dict, as_json: bool) -> None:
     console.print(summary)
 
 
-def _run_and_print(mcpu, params, inputs, iterations, threads, as_json, model=None, harness_name=None) -> None:
+def _run_and_print(mcpu, params, inputs, iterations, threads, as_json, model, harness_name, measure) -> None:
     try:
-        report = run_table(mcpu, params, inputs(), iterations, threads, model, harness_name)
+        report = run_table(mcpu, params, inputs(), iterations, threads, model, harness_name, measure)
     except USER_ERRORS as exc:
         raise fail(exc) from None
     _print_report(report, as_json)
@@ -185,12 +210,14 @@ def simulate(
     threads: Threads = None,
     model: Model = None,
     harness_name: Harness = None,
+    measure: Measure = "steady",
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
-    """Simulate blocks with the in-process engine: cycles per block, and MAPE and
-    Kendall tau when measurements are given."""
+    """Simulate blocks with the in-process engine: per block the steady state (cycles
+    per 100 iterations, as BHive measures) and llvm-mca's Total Cycles, and MAPE and
+    Kendall tau of ``--measure`` when measurements are given."""
     _run_and_print(
-        mcpu, params, lambda: _read_inputs(csv, hex_, asm), iterations, threads, as_json, model, harness_name
+        mcpu, params, lambda: _read_inputs(csv, hex_, asm), iterations, threads, as_json, model, harness_name, measure
     )
 
 
@@ -203,10 +230,11 @@ def evaluate(
     threads: Threads = None,
     model: Model = None,
     harness_name: Harness = None,
+    measure: Measure = "steady",
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
-    """MAPE and Kendall tau of a parameter table against measured throughputs
-    (the same output as ``simulate``)."""
+    """MAPE and Kendall tau of a parameter table against measured throughputs, scored
+    by ``--measure`` (the same output as ``simulate``)."""
     _run_and_print(
-        mcpu, params, lambda: _read_inputs(csv, None, None), iterations, threads, as_json, model, harness_name
+        mcpu, params, lambda: _read_inputs(csv, None, None), iterations, threads, as_json, model, harness_name, measure
     )

@@ -291,10 +291,21 @@ def evaluation(
     out = steps.evaluate_latest(_ctx(context, warehouse, engine, settings))
     table = out["comparison"]
     test = table.filter(pl.col("split") == "test")
+    other = {t: m for t, m in out["other_measure"].select("table_id", "mape").iter_rows()}
+    share = out["test_worse_share"]
     meta = {
         "model": out["model"],
+        "measure": out["measure"],  # what the figures score: steady (BHive's quantity) or total
         **{f"{name.replace('-', '_')}_table": table_id for name, table_id in out["tables"].items()},
         **_test_overall(test.filter(pl.col("slice") == "all")),
+        # the same tables scored by the other measure
+        **{
+            f"{name.replace('-', '_')}_test_mape_pct_other_measure": round(100 * other[t], 2)
+            for name, t in out["tables"].items()
+            if other.get(t) is not None
+        },
+        # test blocks the learned table predicts more than 20 points worse than the default
+        "test_blocks_worse_by_20_points_pct": None if share is None else round(100 * share, 2),
         "slices_worse_than_default": worse_summary(table),
         "by_slice": markdown(
             table.with_columns(pl.col("^.*_mape$") * 100).rename(

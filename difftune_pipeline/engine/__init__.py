@@ -48,6 +48,7 @@ __all__ = [
     "Engine",
     "InvalidTable",
     "ParamTable",
+    "MEASURES",
     "SimResult",
     "Trace",
     "default_threads",
@@ -58,14 +59,35 @@ def default_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)))
 
 
+# What a simulation predicts (SimResult.predicted), each with how it is said.
+MEASURES = {
+    "steady": "steady state (cycles per 100 iterations once fill and drain cancel, as BHive measures)",
+    "total": "Total Cycles (llvm-mca's, fill and drain included)",
+}
+
+
 @dataclass
 class SimResult:
-    cycles: np.ndarray  # int64, -1 where status is not "ok"
+    cycles: np.ndarray  # int64, llvm-mca's Total Cycles; -1 where status is not "ok"
     status: list[str]
+    steady: np.ndarray  # float64, cycles per 100 iterations in steady state; NaN where status is not "ok"
 
     @property
     def ok(self) -> np.ndarray:
         return np.array([s == "ok" for s in self.status], dtype=bool)
+
+    def __getitem__(self, part: slice) -> SimResult:
+        return SimResult(self.cycles[part], self.status[part], self.steady[part])
+
+    def predicted(self, measure: str) -> np.ndarray:
+        """Cycles per 100 iterations as ``measure`` reads them (float64): ``steady``,
+        what BHive measures (the difference of two unroll counts, so the pipeline's fill
+        and drain cancel), or ``total``, llvm-mca's Total Cycles (at 100 iterations)."""
+        if measure == "steady":
+            return self.steady
+        if measure == "total":
+            return self.cycles.astype(np.float64)
+        raise ValueError(f"measure must be one of {', '.join(MEASURES)}, not {measure!r}")
 
 
 def _renumber(table_idx: np.ndarray, dropped: dict) -> np.ndarray:
@@ -212,10 +234,11 @@ class Engine:
                 errors[i] = f"invalid table: {exc}"
                 compiled.append(None)
         cycles = np.full(len(block_idx), -1, dtype=np.int64)
+        steady = np.full(len(block_idx), np.nan)
         status = [errors.get(t, "") for t in table_idx.tolist()]
         run = np.array([t not in errors for t in table_idx.tolist()], dtype=bool)
         if run.any():  # pairs of invalid tables are not simulated
-            got, got_status = self._native.simulate(
+            got, got_steady, got_status = self._native.simulate(
                 list(blocks),
                 [c for c in compiled if c is not None],
                 block_idx[run].tolist(),
@@ -226,22 +249,23 @@ class Engine:
                 fast_forward,
             )
             cycles[run] = got
+            steady[run] = got_steady
             for i, st in zip(np.nonzero(run)[0].tolist(), got_status):
                 status[i] = st
-        return SimResult(cycles, list(status))
+        return SimResult(cycles, list(status), steady)
 
     def simulate_chunks(
         self,
         blocks: list[Block],
         chunks: Iterable[tuple[ParamTable | None, Sequence[int], object]],
-        write: Callable[[object, np.ndarray, list[str]], T],
+        write: Callable[[object, SimResult], T],
         *,
         iterations: int = DEFAULT_ITERATIONS,
         cycle_cap: int = DEFAULT_CYCLE_CAP,
         fast_forward: bool = False,
     ) -> Iterator[T]:
         """Chunks ``(table, block_idx, payload)``: blocks ``blocks[block_idx]`` under
-        one table, each handed with its result to ``write(payload, cycles, status)``
+        one table, each handed with its result to ``write(payload, result)``
         in the process that simulated it; yields what ``write`` returns, as chunks
         finish. Here: in this process, consecutive chunks of one table together
         (up to ``PER_CALL`` pairs) in one call on every thread."""
@@ -270,7 +294,7 @@ class Engine:
         start = 0
         for _, idx, payload in group:
             end = start + len(idx)
-            yield write(payload, result.cycles[start:end], result.status[start:end])
+            yield write(payload, result[start:end])
             start = end
 
     def trace(

@@ -2,7 +2,8 @@
 of the engine, off in the plain ``llvm-mca`` model.
 
 - ``front_end``: predecode bytes per cycle, decoders (one complex), the µop
-  queue and the issue width, macro-fusion (cmp/test+jcc) and micro-fusion.
+  queue and the issue width, macro-fusion (cmp/test+jcc) and micro-fusion, and
+  the predecoder's stall on a length-changing prefix (66h with a 16-bit immediate).
 - ``memory``: a load waits for the youngest older store to its bytes (plus a
   store-to-load forwarding latency) or for one whose address it 4K-aliases (a penalty),
   at the addresses a harness model gives (see ``difftune_pipeline.harness``).
@@ -41,7 +42,10 @@ class Global:
 # ("legacy decode pipeline"): 16 bytes predecoded per cycle, four decoders of
 # which only the first decodes instructions of more than one µop, four fused
 # µops renamed per cycle; the decoded-µop queue (IDQ) holds 56 µops (Sandy
-# Bridge, Ivy Bridge with one thread, Haswell) or 64 (Skylake).
+# Bridge, Ivy Bridge with one thread, Haswell) or 64 (Skylake). A length-changing
+# prefix stalls the predecoder 3 cycles (same manual, "Length-Changing Prefixes
+# (LCP)", Sandy Bridge on; BHive measures a lone `cmpw $1024, %si` at 3.3 cycles
+# an iteration on Haswell, Ivy Bridge and Skylake).
 # Memory: a load fed by a store gets its data about as late as its own load
 # latency (Agner Fog, "The microarchitecture of Intel, AMD and VIA CPUs",
 # "store forwarding": ~5 cycles on these cores), so no extra cycles by default;
@@ -57,6 +61,7 @@ GLOBALS: dict[str, Global] = {
     "simple_decoder_uops": Global("front_end", 1, (1, 4), 1, 1.0),
     "uop_queue_size": Global("front_end", 56, (16, 128), None, 64.0, (("skylake", 64),)),
     "issue_width": Global("front_end", 4, (2, 8), 1, 4.0),
+    "lcp_penalty": Global("front_end", 3, (0, 8), 1, 3.0),
     "store_forward_latency": Global("memory", 0, (0, 8), 2, 4.0),
     "alias_4k_penalty": Global("memory", 5, (0, 12), 3, 5.0),
     "store_forward_fail_penalty": Global("memory", 10, (0, 20), 4, 10.0),
@@ -68,7 +73,7 @@ MECHANISMS = ("front_end", "memory", "stack_engine", "move_elimination")
 # under the extended model name it, so that results stored by an engine whose
 # mechanisms simulated differently are never taken for this one's. Bump it with
 # any change to what a mechanism simulates.
-REVISION = 2
+REVISION = 3
 PARAMETERS: dict[str, tuple[str, ...]] = {
     m: tuple(n for n, g in GLOBALS.items() if g.mechanism == m) for m in MECHANISMS
 }

@@ -107,17 +107,17 @@ def _worker_class():
                 cycle_cap=cycle_cap,
                 fast_forward=fast_forward,
             )
-            return result.cycles, result.status
+            return result
 
         def simulate_chunk(
             self, mcpu, key, shipped, table, block_idx, iterations, cycle_cap, fast_forward, write, payload
         ):
             """One chunk under one table, handed to ``write`` here, in the worker."""
-            cycles, status = self.simulate(
+            result = self.simulate(
                 mcpu, key, shipped, [table], block_idx, np.zeros(len(block_idx), dtype=np.int64),
                 iterations, cycle_cap, fast_forward,
             )  # fmt: skip
-            return write(payload, cycles, status)
+            return write(payload, result)
 
     return SimulationWorker
 
@@ -239,7 +239,7 @@ class RayEngine(Engine):
         table_idx = np.asarray(table_idx, dtype=np.int64)
         n = len(block_idx)
         if n == 0:
-            return SimResult(np.zeros(0, dtype=np.int64), [])
+            return SimResult(np.zeros(0, dtype=np.int64), [], np.zeros(0))
         key, ref = self._ship(list(blocks) if not isinstance(blocks, list) else blocks)
         tables_ref = ray.put([self._sparse(t) for t in tables])
         workers = self.pool.live()
@@ -253,7 +253,11 @@ class RayEngine(Engine):
         ]
         self.pool.tasks += len(futures)
         parts = ray.get(futures)
-        return SimResult(np.concatenate([c for c, _ in parts]), [s for _, st in parts for s in st])
+        return SimResult(
+            np.concatenate([p.cycles for p in parts]),
+            [s for p in parts for s in p.status],
+            np.concatenate([p.steady for p in parts]),
+        )
 
     def simulate_chunks(
         self,

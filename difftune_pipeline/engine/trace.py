@@ -56,6 +56,7 @@ def last_cycle(timeline: list[TimelineEntry]) -> int:
 @dataclass(frozen=True)
 class Trace:
     cycles: int | None  # total cycles, as simulate() gives them; None when not "ok"
+    steady: float | None  # cycles per 100 iterations in steady state, as simulate() gives them
     status: str
     iterations: int
     units: list[str]  # resource units: llvm-mca's resource-pressure columns
@@ -72,6 +73,7 @@ class Trace:
         ]
         return cls(
             cycles=raw["cycles"] if raw["status"] == "ok" else None,
+            steady=raw["steady"] if raw["status"] == "ok" else None,
             status=raw["status"],
             iterations=iterations,
             units=list(raw["units"]),

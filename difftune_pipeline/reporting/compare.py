@@ -36,12 +36,16 @@ def compare(evaluations: pl.DataFrame, tables: dict[str, str], worse: pl.DataFra
     )
 
 
+WORSE_POINTS = 0.20  # a block is "worse" under a table whose error exceeds the other's by this much
+
+
 def three_tables(
-    db, uarch: str, tables: dict[str, str], evaluations: pl.DataFrame
+    db, uarch: str, tables: dict[str, str], evaluations: pl.DataFrame, measure: str
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(``predicted_vs_measured`` of the test split, ``compare`` of the tables with the
-    slices the learned table makes worse than the default by more than noise)."""
-    predicted = predicted_vs_measured(db, uarch, tables)
+    slices the learned table makes worse than the default by more than noise), as
+    ``measure`` reads the predictions."""
+    predicted = predicted_vs_measured(db, uarch, tables, measure=measure)
     worse = worse_slices(errors(predicted, "default", "learned"), evaluation.block_slices(db, uarch))
     return predicted, compare(evaluations, tables, worse)
 
@@ -95,10 +99,23 @@ def changed_parameters(default: ParamTable, learned: ParamTable, top: int = 20) 
     )
 
 
-def predicted_vs_measured(db, uarch: str, tables: dict[str, str], split: str = "test") -> pl.DataFrame:
-    """block_id, hex, measured and one column of engine cycles per named table (``{name: table_id}``)."""
+def predicted_vs_measured(
+    db, uarch: str, tables: dict[str, str], split: str = "test", measure: str = "steady"
+) -> pl.DataFrame:
+    """block_id, hex, measured and one column of engine cycles per 100 iterations (as
+    ``measure`` reads them) per named table (``{name: table_id}``)."""
     blocks = ingestion.measured_blocks(db, uarch, [split])
     frame = blocks.select("block_id", "hex", pl.col("cycles_per_100").alias("measured"))
     for name, table_id in tables.items():
-        frame = frame.join(evaluation.predictions(db, table_id).rename({"cycles": name}), on="block_id", how="left")
+        predicted = evaluation.predictions(db, table_id, measure).rename({"cycles": name})
+        frame = frame.join(predicted, on="block_id", how="left")
     return frame
+
+
+def worse_share(predicted: pl.DataFrame, base: str, new: str, points: float = WORSE_POINTS) -> float | None:
+    """The share of blocks whose error under table column ``new`` exceeds their error
+    under ``base`` by more than ``points`` (0.20: 20 percentage points); None without blocks."""
+    both = errors(predicted, base, new)
+    if both.is_empty():
+        return None
+    return float((both["new_error"] - both["base_error"] > points).mean())

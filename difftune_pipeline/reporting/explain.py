@@ -98,7 +98,13 @@ def bottleneck(engine: Engine, block, table: ParamTable, trace: Trace) -> dict:
 def view(engine: Engine, block, table: ParamTable, label: str, iterations: int, shown: int) -> dict:
     """One table's explanation of one block."""
     trace = engine.trace(block, table, iterations=iterations, shown=shown)
-    out = {"label": label, "cycles": trace.cycles, "status": trace.status, "iterations": iterations}
+    out = {
+        "label": label,
+        "cycles": trace.cycles,
+        "steady_cycles_per_100": trace.steady,
+        "status": trace.status,
+        "iterations": iterations,
+    }
     if trace.cycles is None:
         return out
     return {

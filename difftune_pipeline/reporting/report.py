@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from difftune_pipeline.engine import Engine, ParamTable
+from difftune_pipeline.engine import MEASURES, Engine, ParamTable
 from difftune_pipeline.model.metrics import MIN_SLICE_BLOCKS
 from difftune_pipeline.reporting import plots
 from difftune_pipeline.reporting.compare import (
@@ -61,10 +61,22 @@ def uarch_section(db, row: dict) -> str:
     """One µarch's section from its newest comparison (``evaluation.results``' row)."""
     uarch = row["uarch"]
     compared = {"llvm-mca": row["llvm_mca_id"], "default": row["default_id"], "learned": row["learned_id"]}
-    evals = evaluation.evaluations(db, uarch, list(compared.values()))
+    measure = row["measure"]
+    evals = evaluation.evaluations(db, uarch, list(compared.values()), measure)
     if row["learned_id"] is None or evals.is_empty():
         return f"<h2>{html.escape(uarch)}</h2><p>Not evaluated yet: materialise <code>evaluation</code>.</p>"
-    predicted, comparison = three_tables(db, uarch, compared, evals)
+    predicted, comparison = three_tables(db, uarch, compared, evals, measure)
+    other = next(m for m in MEASURES if m != measure)
+    both = (
+        pl.concat(
+            evaluation.evaluations(db, uarch, list(compared.values()), m).with_columns(pl.lit(m).alias("measure"))
+            for m in (measure, other)
+        )
+        .filter((pl.col("split") == "test") & (pl.col("slice") == "all"))
+        .join(pl.DataFrame({"table": list(compared), "table_id": list(compared.values())}), on="table_id")
+        .select("measure", "table", (100 * pl.col("mape")).round(2).alias("mape_pct"), "kendall_tau")
+    )
+    share = row["test_worse_share"]
     table = _pct(comparison)
     test = table.filter(pl.col("split") == "test")
     ml = test.filter(pl.col("slice").str.starts_with("ml:")).with_columns(
@@ -79,9 +91,13 @@ def uarch_section(db, row: dict) -> str:
         f" model, {code['llvm-mca']}); <b>default</b>, LLVM's table under the model the pipeline chose"
         f" ({html.escape(row['model'])}, {code['default']}); <b>learned</b> ({code['learned']}, tuner:"
         f" {html.escape(tuner)}). Every figure is the real engine (llvm-mca's library) at 100 iterations against"
-        " measured cycles per 100 iterations.</p>",
+        f" measured cycles per 100 iterations, scored by the <b>{MEASURES[measure]}</b>.</p>",
         "<h3>Overall</h3>",
         table_html(table.filter(pl.col("slice") == "all"), "worse"),
+        "<p>Test blocks the learned table predicts more than 20 points worse than the default:"
+        f" {'–' if share is None else f'{100 * share:.2f}%'}.</p>",
+        f"<p>The test split by both measures ({MEASURES['steady']}; {MEASURES['total']}):</p>",
+        table_html(both, None),
         f"<p>Slices of test the learned table makes worse than the default: {html.escape(worse_summary(comparison))}."
         f" A slice counts only with at least {MIN_SLICE_BLOCKS} blocks and a bootstrap 95% interval of the"
         " difference in MAPE above zero.</p>",
@@ -152,9 +168,12 @@ def explained_summary(e: dict) -> pl.DataFrame:
         rows.append(
             {
                 "table": v["label"],
-                "cycles_per_100": v["cycles"],
+                "total_cycles": v["cycles"],
+                "steady_cycles_per_100": v.get("steady_cycles_per_100"),
                 "measured": why["measured"],
-                "error_pct": 100 * (v["cycles"] - why["measured"]) / why["measured"] if v["cycles"] else None,
+                "steady_error_pct": 100 * (v["steady_cycles_per_100"] - why["measured"]) / why["measured"]
+                if v["cycles"]
+                else None,
                 "bottleneck": b.get("kind"),
                 "busiest_unit": b.get("busiest_unit"),
                 "busiest_unit_cycles": b.get("busiest_unit_cycles_per_iteration"),

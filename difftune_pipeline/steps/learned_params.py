@@ -20,7 +20,7 @@ def learn(ctx: StepContext, log=print) -> dict:
     the code changed. Returns the table id and the val MAPE of the default and
     learned tables (the ``no_worse_than_default`` check reads them)."""
     settings = ctx.settings
-    tuners = compose(settings.tuner, settings.tune, settings.search)
+    tuners = compose(settings.tuner, settings.tune, settings.search, settings.prune)
     needs_surrogate = any(t.needs_surrogate for t in tuners)
     surrogate_run = latest_surrogate(ctx) if needs_surrogate else None
     run_id = surrogate_run and surrogate_run["run_id"]
@@ -32,6 +32,7 @@ def learn(ctx: StepContext, log=print) -> dict:
         return {"table_id": table_id, "reused": True, **figures}
     view = _surrogate_view(ctx, surrogate_run) if needs_surrogate else None
     train_frame, train_blocks = ctx.blocks("train")
+    val_frame, val_blocks = ctx.blocks("val")
     problem = Problem(
         ctx.engine,
         [train_blocks[b] for b in train_frame["block_id"]],
@@ -40,6 +41,9 @@ def learn(ctx: StepContext, log=print) -> dict:
         lambda t: ctx.score(t, "val")[0],
         view,
         log,
+        settings.measure,
+        [val_blocks[b] for b in val_frame["block_id"]],
+        val_frame["cycles_per_100"].to_numpy(),
     )
     t0 = time.perf_counter()
     best, history = run(tuners, problem)
@@ -50,6 +54,8 @@ def learn(ctx: StepContext, log=print) -> dict:
         "surrogate": run_id,
         "tune": asdict(settings.tune),
         "search": asdict(settings.search),
+        "prune": asdict(settings.prune),
+        "measure": settings.measure,
         "history": history,
         "seconds": seconds,
         "val_mape": figures,
@@ -84,6 +90,7 @@ def _learned_id(ctx: StepContext, tuners: list[Tuner], surrogate_run_id: str | N
         surrogate_run_id,
         ingestion.measurement_totals(ctx.db, ctx.uarch),
         ctx.settings.tuner,
+        ctx.settings.measure,
         configs.pop("surrogate", None),
         configs.pop("search", None),
         *configs.values(),

@@ -31,6 +31,7 @@ def train_surrogate(ctx: StepContext, log=print) -> dict:
         settings.surrogate_model,
         settings.surrogate_config,
         settings.iterations,
+        settings.measure,
         str(training_device()),  # a GPU's result is close to the CPU's, not the same
     )
     done = simulations.surrogate_run(ctx.db, run_id)
@@ -72,14 +73,19 @@ def stored_pairs(ctx: StepContext, space, default, tables: list, block_ids: list
     table_ids, iterations = [t.table_id for t in tables], ctx.settings.iterations
     counts = simulations.pair_counts(ctx.db, iterations, table_ids)
     return training_pairs(
-        counts, functools.partial(_split, ctx.db, iterations, table_ids), space, default, tables, block_ids
+        counts,
+        functools.partial(_split, ctx.db, iterations, table_ids, ctx.settings.measure),
+        space,
+        default,
+        tables,
+        block_ids,
     )
 
 
-def _split(db: str, iterations: int, table_ids: list[str], block_ids, held, key, folder) -> Split:
+def _split(db: str, iterations: int, table_ids: list[str], measure: str, block_ids, held, key, folder) -> Split:
     """The pairs written, split and ordered, to files a surrogate streams from."""
     (train, n_train), (held_out, n_held), median = simulations.write_pairs(
-        db, iterations, table_ids, block_ids, held, key, folder
+        db, iterations, table_ids, block_ids, held, key, folder, measure
     )
     trained_on = PairFile(train, n_train)
     try:

@@ -1,12 +1,14 @@
 """Tuners and the composition the configuration names. Adding a tuner is a
 module with a class that has ``tune(start, problem)`` and a line in ``TUNERS``.
 With ``search.repeats``, every composition with a direct search ends with that
-search run again from the composition's result (``Repeated``)."""
+search run again from the composition's result (``Repeated``), and every one
+ends with ``Pruning`` when its configuration is given (the pipeline gives it)."""
 
 from collections.abc import Callable
 
 from difftune_pipeline.tuners.base import FromDefault, Problem, Repeated, SurrogateView, Tuner, run
 from difftune_pipeline.tuners.gradient import SurrogateTuner, TuneConfig
+from difftune_pipeline.tuners.pruning import PruneConfig, Pruning
 from difftune_pipeline.tuners.search import DirectSearch, SearchConfig
 
 
@@ -34,10 +36,21 @@ TUNERS: dict[str, Callable[[TuneConfig, SearchConfig], list[Tuner]]] = {
 }
 
 
-def compose(name: str, tune: TuneConfig, search: SearchConfig) -> list[Tuner]:
+def compose(name: str, tune: TuneConfig, search: SearchConfig, prune: PruneConfig | None = None) -> list[Tuner]:
     if name not in TUNERS:
         raise ValueError(f"unknown tuner {name!r}: one of {tuple(TUNERS)}")
-    return TUNERS[name](tune, search)
+    ending = [Pruning(prune)] if prune is not None and (prune.physics or prune.prune) else []
+    return TUNERS[name](tune, search) + ending
 
 
-__all__ = ["TUNERS", "FromDefault", "Problem", "Repeated", "SurrogateView", "Tuner", "compose", "run"]
+__all__ = [
+    "TUNERS",
+    "FromDefault",
+    "Problem",
+    "PruneConfig",
+    "Repeated",
+    "SurrogateView",
+    "Tuner",
+    "compose",
+    "run",
+]

@@ -49,6 +49,9 @@ class Problem:
     score: Callable[[ParamTable], float]  # engine MAPE on val, lower is better
     surrogate: SurrogateView | None = None
     log: Callable[[str], None] = print
+    measure: str = "steady"  # what the engine's cycles are read as (engine.SimResult.predicted)
+    val_blocks: list = ()  # the val blocks ``score`` judges on, and their measured cycles per 100 iterations
+    val_measured: np.ndarray | None = None
 
 
 class Tuner(Protocol):

@@ -133,8 +133,10 @@ class Search:
         default: ParamTable,
         config: SearchConfig,
         start: ParamTable | None = None,
+        measure: str = "steady",
     ):
         self.engine, self.blocks, self.default, self.config = engine, blocks, default, config
+        self.measure = measure
         self.measured = np.asarray(measured, dtype=float)
         start = start or default
         # Rows that differ from LLVM's own, the default's included (the stack
@@ -183,7 +185,7 @@ class Search:
         )
         self.spent += n * len(tables)
         truth = np.tile(self.measured[idx], len(tables))
-        err = np.where(result.ok, (result.cycles - truth) / truth, FAILED_ERROR)
+        err = np.where(result.ok, (result.predicted(self.measure) - truth) / truth, FAILED_ERROR)
         return err.reshape(len(tables), n)
 
     def directed(self, key: str, row: dict) -> list[tuple[str, int, dict]]:
@@ -295,12 +297,13 @@ def search(
     start: ParamTable | None = None,
     proposer: Callable[[ParamTable], Proposer] | None = None,
     log=print,
+    measure: str = "steady",
 ) -> tuple[ParamTable, list[dict]]:
     """Coordinate search from ``start`` (default: ``default``); returns the table
     best on ``score`` (engine MAPE on val) among the start and each round's end.
     ``proposer(current table)``, called each round, chooses the moves to try."""
     t0 = time.perf_counter()
-    state = Search(engine, blocks, measured, default, config, start)
+    state = Search(engine, blocks, measured, default, config, start, measure)
     best = state.full_table()
     best_score = score(best)
     history = [
@@ -377,4 +380,5 @@ class DirectSearch:
             start=start,
             proposer=proposer,
             log=problem.log,
+            measure=problem.measure,
         )

@@ -10,6 +10,7 @@ import duckdb
 import polars as pl
 
 from difftune_pipeline.warehouse.connection import Db, insert_new, now, query
+from difftune_pipeline.warehouse.simulations import PREDICTED
 
 
 def feature_block_ids(db: Db, table_id: str) -> set[str]:
@@ -28,9 +29,13 @@ def bottleneck_counts(db: Db, table_id: str) -> pl.DataFrame:
     )
 
 
-def predictions(db: Db, table_id: str, iterations: int = 100) -> pl.DataFrame:
+def predictions(db: Db, table_id: str, measure: str = "steady", iterations: int = 100) -> pl.DataFrame:
+    """block_id and ``cycles``: a table's predicted cycles per 100 iterations, as ``measure`` reads them."""
+    column = PREDICTED[measure]
     return query(
-        "SELECT block_id, cycles FROM predictions WHERE table_id = ? AND iterations = ?", db, [table_id, iterations]
+        f"SELECT block_id, {column}::DOUBLE AS cycles FROM predictions WHERE table_id = ? AND iterations = ?",
+        db,
+        [table_id, iterations],
     )
 
 
@@ -38,22 +43,33 @@ def evaluated(db: Db, table_id: str, uarch: str) -> bool:
     return not query("SELECT 1 FROM evaluations WHERE table_id = ? AND uarch = ?", db, [table_id, uarch]).is_empty()
 
 
-def evaluations(db: Db, uarch: str, table_ids: list[str]) -> pl.DataFrame:
+def evaluations(db: Db, uarch: str, table_ids: list[str], measure: str = "steady") -> pl.DataFrame:
     return query(
-        "SELECT * FROM evaluations WHERE uarch = ? AND table_id IN (SELECT unnest(?)) ORDER BY split, slice, table_id",
+        "SELECT * EXCLUDE (measure) FROM evaluations WHERE uarch = ? AND measure = ? "
+        "AND table_id IN (SELECT unnest(?)) ORDER BY split, slice, table_id",
         db,
-        [uarch, table_ids],
+        [uarch, measure, table_ids],
     )
 
 
 def record_comparison(
-    con: duckdb.DuckDBPyConnection, uarch: str, llvm_mca_id: str, default_id: str, learned_id: str, model: str
+    con: duckdb.DuckDBPyConnection,
+    uarch: str,
+    llvm_mca_id: str,
+    default_id: str,
+    learned_id: str,
+    model: str,
+    measure: str,
+    worse: float | None,
 ) -> None:
-    """What an evaluation compared; the newest row of a µarch is what ``results`` shows."""
+    """What an evaluation compared, scored by ``measure``, and the share of test blocks
+    the learned table predicts more than 20 points worse than the default table; the
+    newest row of a µarch is what ``results`` shows."""
     con.execute(
-        "INSERT INTO comparisons VALUES (?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT DO UPDATE SET evaluated_at = excluded.evaluated_at",
-        [uarch, llvm_mca_id, default_id, learned_id, model, now()],
+        "INSERT INTO comparisons VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT DO UPDATE SET evaluated_at = excluded.evaluated_at, measure = excluded.measure, "
+        "test_worse_share = excluded.test_worse_share",
+        [uarch, llvm_mca_id, default_id, learned_id, model, now(), measure, worse],
     )
 
 
@@ -86,16 +102,17 @@ def results(db: Db) -> pl.DataFrame:
         measured AS (
             SELECT m.uarch, count(DISTINCT m.block_id) AS blocks
             FROM usable_measurements m JOIN blocks b USING (block_id) WHERE b.status = 'ok' GROUP BY m.uarch),
-        test AS (SELECT table_id, uarch, n, mape, kendall_tau FROM evaluations WHERE split = 'test' AND slice = 'all')
-        SELECT m.uarch, m.blocks, l.model, coalesce(e.n, d.n, x.n) AS test_blocks,
+        test AS (SELECT table_id, uarch, measure, n, mape, kendall_tau FROM evaluations
+                 WHERE split = 'test' AND slice = 'all')
+        SELECT m.uarch, m.blocks, l.model, l.measure, coalesce(e.n, d.n, x.n) AS test_blocks,
                x.mape AS llvm_mca_mape, x.kendall_tau AS llvm_mca_tau,
                d.mape AS default_mape, d.kendall_tau AS default_tau,
-               e.mape AS learned_mape, e.kendall_tau AS learned_tau,
+               e.mape AS learned_mape, e.kendall_tau AS learned_tau, l.test_worse_share,
                l.llvm_mca_id, l.default_id, l.learned_id, l.evaluated_at
         FROM measured m LEFT JOIN latest l USING (uarch)
-        LEFT JOIN test x ON x.uarch = m.uarch AND x.table_id = l.llvm_mca_id
-        LEFT JOIN test d ON d.uarch = m.uarch AND d.table_id = l.default_id
-        LEFT JOIN test e ON e.uarch = m.uarch AND e.table_id = l.learned_id
+        LEFT JOIN test x ON x.uarch = m.uarch AND x.table_id = l.llvm_mca_id AND x.measure = l.measure
+        LEFT JOIN test d ON d.uarch = m.uarch AND d.table_id = l.default_id AND d.measure = l.measure
+        LEFT JOIN test e ON e.uarch = m.uarch AND e.table_id = l.learned_id AND e.measure = l.measure
         ORDER BY m.uarch
         """,
         db,

@@ -9,7 +9,15 @@ from pathlib import Path
 
 import duckdb
 
-from difftune_pipeline.warehouse.simulation_files import CHUNK_COLUMNS, SCHEMA, ChunkWriter, chunk_key, default_root
+from difftune_pipeline.warehouse.simulation_files import (
+    CHUNK_COLUMNS,
+    SCHEMA,
+    ChunkWriter,
+    chunk_key,
+    default_root,
+    filesystem,
+    resolve,
+)
 
 
 def _simulations_as_files(con: duckdb.DuckDBPyConnection, db: Path) -> None:
@@ -39,10 +47,15 @@ def _simulations_as_files(con: duckdb.DuckDBPyConnection, db: Path) -> None:
         "SELECT DISTINCT mcpu, llvm_version, iterations, table_id, shard FROM simulations ORDER BY ALL"
     ).fetchall()
     root = default_root(db)
+    had = {
+        c
+        for (c,) in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'simulations'").fetchall()
+    }
+    columns = ", ".join(c if c in had else f"NULL AS {c}" for c in SCHEMA.names)  # a column files gained since: null
     for mcpu, llvm_version, iterations, table_id, shard in groups:
         frame = (
             con.sql(
-                f"SELECT {', '.join(SCHEMA.names)} FROM simulations WHERE mcpu = ? AND llvm_version = ? "
+                f"SELECT {columns} FROM simulations WHERE mcpu = ? AND llvm_version = ? "
                 "AND iterations = ? AND table_id = ? AND shard = ? ORDER BY block_id",
                 params=[mcpu, llvm_version, iterations, table_id, shard],
             )
@@ -56,6 +69,46 @@ def _simulations_as_files(con: duckdb.DuckDBPyConnection, db: Path) -> None:
             [*(record[c] for c in CHUNK_COLUMNS), datetime.now(UTC).replace(tzinfo=None)],
         )
     con.execute("DROP TABLE simulations")
+
+
+def _steady_state(con: duckdb.DuckDBPyConnection, db: Path) -> None:
+    """Simulations, predictions and evaluations hold the steady state beside llvm-mca's
+    Total Cycles (``engine.SimResult``). What was stored before has no steady state and
+    is derived data: the chunks' files are removed and their records forgotten (their
+    shards simulate them again), and predictions and evaluations are computed again by
+    the next evaluation; an evaluation row now names the measure it scored."""
+    if con.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = 'simulation_chunks'").fetchall():
+        for (file,) in con.execute("SELECT file FROM simulation_chunks").fetchall():
+            fs, path = filesystem(resolve(db, file))
+            try:
+                fs.delete_file(path)
+            except FileNotFoundError:
+                pass
+        con.execute("DELETE FROM simulation_chunks")
+    con.execute(
+        """
+        DELETE FROM predictions;
+        -- cycles per 100 iterations in steady state
+        ALTER TABLE predictions ADD COLUMN IF NOT EXISTS steady_cycles_per_100 DOUBLE;
+        DROP TABLE evaluations;
+        CREATE TABLE evaluations (
+            table_id   VARCHAR NOT NULL,
+            uarch      VARCHAR NOT NULL,
+            measure    VARCHAR NOT NULL,      -- what was scored: steady (BHive's quantity) | total (Total Cycles)
+            split      VARCHAR NOT NULL,
+            slice      VARCHAR NOT NULL,
+            n          BIGINT NOT NULL,
+            mape       DOUBLE,
+            kendall_tau DOUBLE,
+            evaluated_at TIMESTAMP NOT NULL,
+            mean_signed_error DOUBLE,
+            PRIMARY KEY (table_id, uarch, measure, split, slice)
+        );
+        ALTER TABLE comparisons ADD COLUMN IF NOT EXISTS measure VARCHAR DEFAULT 'total';  -- what the comparison scored
+        -- the share of test blocks the learned table predicts more than 20 points worse than the default table
+        ALTER TABLE comparisons ADD COLUMN IF NOT EXISTS test_worse_share DOUBLE;
+        """
+    )
 
 
 # Each entry migrates the schema from version i to i + 1.
@@ -277,6 +330,15 @@ MIGRATIONS: list[str | Callable[[duckdb.DuckDBPyConnection, Path], None]] = [
     );
     """,
     _simulations_as_files,
+    _steady_state,
+    """
+    -- The front end's stall on a length-changing prefix: tables stored before it get
+    -- its default (extended.py), so that they load again.
+    INSERT INTO param_values
+        SELECT table_id, '*', 'lcp_penalty', 0, 3 FROM param_values
+        WHERE opcode = '*' AND param = 'mechanism:front_end'
+        AND table_id NOT IN (SELECT table_id FROM param_values WHERE param = 'lcp_penalty');
+    """,
 ]
 
 

@@ -20,14 +20,17 @@ import urllib.parse
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    from difftune_pipeline.engine import SimResult
 
 SCHEMA = pa.schema(
     [
@@ -37,6 +40,7 @@ SCHEMA = pa.schema(
         ("llvm_version", pa.string()),
         ("iterations", pa.int32()),
         ("cycles", pa.int64()),  # the engine's Total Cycles; null when status is not ok
+        ("steady_cycles_per_100", pa.float64()),  # cycles per 100 iterations in steady state; null likewise
         ("status", pa.string()),
         ("shard", pa.string()),
     ]
@@ -98,8 +102,8 @@ class ChunkWriter:
     iterations: int
     shard: str
 
-    def __call__(self, chunk: Chunk, cycles: np.ndarray, status: list[str]) -> dict:
-        ok = [s == "ok" for s in status]
+    def __call__(self, chunk: Chunk, result: SimResult) -> dict:
+        ok = result.ok
         frame = pa.table(
             {
                 "block_id": chunk.block_ids,
@@ -107,8 +111,9 @@ class ChunkWriter:
                 "mcpu": [self.mcpu] * len(ok),
                 "llvm_version": [self.llvm_version] * len(ok),
                 "iterations": [self.iterations] * len(ok),
-                "cycles": pa.array(np.asarray(cycles, dtype=np.int64), mask=~np.asarray(ok, dtype=bool)),
-                "status": list(status),
+                "cycles": pa.array(result.cycles, mask=~ok),
+                "steady_cycles_per_100": pa.array(result.steady, mask=~ok),
+                "status": list(result.status),
                 "shard": [self.shard] * len(ok),
             },
             schema=SCHEMA,

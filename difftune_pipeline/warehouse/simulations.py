@@ -66,9 +66,17 @@ def simulated_pairs_done(db: Db, iterations: int, table_ids: list[str]) -> set[t
 
 
 def simulation_totals(db: Db, table_ids: list[str]) -> tuple:
-    """(pairs, sum of cycles) simulated successfully under ``table_ids``: what a surrogate trained on."""
+    """(pairs, sum of total cycles, sum of steady-state cycles) simulated successfully
+    under ``table_ids``: what a surrogate trained on."""
     with _scan(db, None, table_ids, None) as con:
-        return con.sql("SELECT count(*) AS n, sum(cycles) AS s FROM sims WHERE status = 'ok'").pl().row(0)
+        return (
+            con.sql(
+                "SELECT count(*) AS n, sum(cycles) AS s, sum(steady_cycles_per_100) AS steady "
+                "FROM sims WHERE status = 'ok'"
+            )
+            .pl()
+            .row(0)
+        )
 
 
 def simulated_rows(db: Db, mcpu: str) -> int:
@@ -80,6 +88,8 @@ def simulated_rows(db: Db, mcpu: str) -> int:
 
 # A pair as a surrogate streams it: block position, table position, the engine's cycles.
 PAIR = np.dtype([("block", "<i4"), ("table", "<i4"), ("cycles", "<f4")])
+# The column of a simulation's file that each measure (engine.MEASURES) reads.
+PREDICTED = {"steady": "steady_cycles_per_100", "total": "cycles"}
 SPILL_MEMORY = "128MB"  # what the sort of the pairs may hold in memory before it spills to disk
 
 
@@ -101,14 +111,15 @@ def write_pairs(
     held: np.ndarray,
     key: np.ndarray,
     folder: Path,
+    measure: str = "steady",
 ) -> tuple[tuple[Path, int], tuple[Path, int], float]:
     """The pairs of ``table_ids`` over ``block_ids`` as ``PAIR`` records in two
     files of ``folder``: the trained-on pairs ordered by (``key`` of the block,
     block, table id), those of ``held``-out blocks by (block, table id); positions
     index ``block_ids`` and ``table_ids``. DuckDB sorts them, spilling to
     ``folder`` beyond ``SPILL_MEMORY``, and they are written a record batch at a
-    time. Returns each file with its pairs, and the trained-on pairs' median
-    cycles (the lower middle one)."""
+    time; their cycles are those ``measure`` reads. Returns each file with its
+    pairs, and the trained-on pairs' median cycles (the lower middle one)."""
     blocks = pa.table(
         {
             "block_id": block_ids,
@@ -122,14 +133,14 @@ def write_pairs(
         "FROM sims s JOIN blocks_ b USING (block_id) JOIN tables_ t USING (table_id) "
         "WHERE s.status = 'ok' AND s.iterations = ? AND b.held = ?"
     )
-    out = []
+    out, predicted = [], PREDICTED[measure]
     with _scan(db, iterations, table_ids, folder) as con:
         con.register("blocks_", blocks)
         con.register("tables_", tables_)
         for name, is_held, order in (("train", False, "b.key, b.pos, s.table_id"), ("held", True, "b.pos, s.table_id")):
             path, n = folder / f"{name}.pairs", 0
             reader = con.sql(
-                f"SELECT b.pos, t.tpos, s.cycles::FLOAT AS cycles {pairs} ORDER BY {order}",
+                f"SELECT b.pos, t.tpos, s.{predicted}::FLOAT AS cycles {pairs} ORDER BY {order}",
                 params=[iterations, is_held],
             ).to_arrow_reader(1 << 16)
             with open(path, "wb") as file:
@@ -140,7 +151,9 @@ def write_pairs(
                     records.tofile(file)
                     n += batch.num_rows
             out.append((path, n))
-        median = con.execute(f"SELECT quantile_disc(s.cycles::FLOAT, 0.5) {pairs}", [iterations, False]).fetchone()[0]
+        median = con.execute(
+            f"SELECT quantile_disc(s.{predicted}::FLOAT, 0.5) {pairs}", [iterations, False]
+        ).fetchone()[0]
     return out[0], out[1], float(median) if median is not None else float("nan")
 
 

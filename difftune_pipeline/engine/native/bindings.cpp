@@ -64,6 +64,7 @@ dt::Globals globalsFromDict(nb::dict G) {
     get("simple_decoder_uops", Gl.simple_decoder_uops);
     get("uop_queue_size", Gl.uop_queue_size);
     get("issue_width", Gl.issue_width);
+    get("lcp_penalty", Gl.lcp_penalty);
   }
   if (Gl.memory) {
     get("store_forward_latency", Gl.store_forward_latency);
@@ -91,6 +92,7 @@ NB_MODULE(_engine, m) {
   Limits["dispatch_width"] = nb::make_tuple(L::kDispatchWidthMin, L::kDispatchWidthMax);
   Limits["micro_op_buffer_size"] = nb::make_tuple(L::kMicroOpBufferMin, L::kMicroOpBufferMax);
   Limits["predecode_bytes"] = nb::make_tuple(L::kPredecodeBytesMin, L::kPredecodeBytesMax);
+  Limits["lcp_penalty"] = nb::make_tuple(L::kLcpPenaltyMin, L::kLcpPenaltyMax);
   Limits["decoders"] = nb::make_tuple(L::kDecodersMin, L::kDecodersMax);
   Limits["simple_decoder_uops"] = nb::make_tuple(L::kSimpleDecoderUopsMin, L::kSimpleDecoderUopsMax);
   Limits["uop_queue_size"] = nb::make_tuple(L::kUopQueueMin, L::kUopQueueMax);
@@ -214,7 +216,7 @@ NB_MODULE(_engine, m) {
               R = E.simulate(Blocks, Tables, BlockIdx, TableIdx, Iterations, Threads, CycleCap,
                              FastForward);
             }
-            return nb::make_tuple(R.cycles, R.status);
+            return nb::make_tuple(R.cycles, R.steady, R.status);
           },
           "blocks"_a, "tables"_a, "block_idx"_a, "table_idx"_a, "iterations"_a = 100,
           "threads"_a = 1, "cycle_cap"_a = 10000000, "fast_forward"_a = false)
@@ -236,6 +238,7 @@ NB_MODULE(_engine, m) {
             }
             nb::dict D;
             D["cycles"] = R.cycles;
+            D["steady"] = R.steady;
             D["status"] = R.status;
             D["units"] = R.units;
             D["timeline"] = Timeline;

@@ -45,6 +45,7 @@ struct Globals {
   int simple_decoder_uops = 0;   // fused µops a decoder other than the first can emit
   int uop_queue_size = 0;        // fused µops between decode and rename
   int issue_width = 0;           // fused µops renamed per cycle
+  int lcp_penalty = 0;           // cycles the predecoder stalls on a length-changing prefix (66h and an imm16)
   int store_forward_latency = 0; // cycles after a store executes before a load it feeds may issue
   int alias_4k_penalty = 0;      // the same, for a load that only 4K-aliases the store
   int store_forward_fail_penalty = 0;  // cycles after a store retires before a load it cannot forward to may issue
@@ -112,6 +113,7 @@ struct Block {
 
 struct SimResult {
   std::vector<int64_t> cycles;      // -1 where status is not "ok"
+  std::vector<double> steady;       // cycles per 100 iterations in steady state; NaN where not "ok"
   std::vector<std::string> status;  // "ok" or a reason
 };
 
@@ -133,6 +135,7 @@ struct TraceEntry {
 // One block simulated under one table, with its events recorded.
 struct Trace {
   int64_t cycles = -1;
+  double steady = 0;                        // cycles per 100 iterations in steady state, as simulate()
   std::string status;                       // "ok" or a reason, as simulate()
   std::vector<std::string> units;           // resource units, llvm-mca's pressure columns
   std::vector<TraceEntry> timeline;         // the first `shown` iterations, in program order
@@ -202,6 +205,7 @@ struct Limits {
   static constexpr int kSimpleDecoderUopsMin = 1, kSimpleDecoderUopsMax = 16;
   static constexpr int kUopQueueMin = 1, kUopQueueMax = 1024;
   static constexpr int kIssueWidthMin = 1, kIssueWidthMax = 64;
+  static constexpr int kLcpPenaltyMin = 0, kLcpPenaltyMax = 100;
   static constexpr int kMemoryLatencyMin = 0, kMemoryLatencyMax = 100;
   static constexpr int kStackSyncUopsMin = 0, kStackSyncUopsMax = 16;
   static constexpr int kMovesEliminatedMin = 1, kMovesEliminatedMax = 16;

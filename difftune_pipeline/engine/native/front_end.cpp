@@ -84,6 +84,16 @@ unsigned fusedUops(const EngineImpl &E, const MCInst &MI, unsigned Uops) {
   return Fused;
 }
 
+// A length-changing prefix (Intel's optimization manual, "Length-Changing Prefixes
+// (LCP)"): the operand-size prefix 66h on an instruction whose immediate it shrinks
+// from 32 to 16 bits (cmp $1024, %si: 66 81 FE 00 04), so the predecoder must
+// recompute the length. An 8-bit immediate (shifts, rotates, the *ri8 forms) keeps
+// its length; in 64-bit mode the address-size prefix 67h changes no length.
+bool lengthChanging(const EngineImpl &E, const MCInst &MI) {
+  static const std::regex Name("(?!SH|SA|RO|RC)[A-Z]+16(ri|mi|rri|rmi|i16)(_alt|_REV)?");
+  return std::regex_match(E.MCII->getName(MI.getOpcode()).str(), Name);
+}
+
 }  // namespace
 
 std::vector<FrontEndInstr> frontEndFacts(const EngineImpl &E, const BlockImpl &B,
@@ -94,6 +104,7 @@ std::vector<FrontEndInstr> frontEndFacts(const EngineImpl &E, const BlockImpl &B
     Out[I].Bytes = std::max<size_t>(1, B.Encoding[I].size() / 2);
     const unsigned Uops = Lowered[I]->getNumMicroOps();
     Out[I].Fused = Fusion ? fusedUops(E, B.Insts[I], Uops) : Uops;
+    Out[I].LengthChanging = Fusion && lengthChanging(E, B.Insts[I]);
   }
   if (Fusion)
     for (size_t I = 0; I + 1 < Out.size(); ++I)
@@ -117,11 +128,21 @@ std::vector<StaticFrontEnd> staticFrontEnd(const EngineImpl &E, const BlockImpl 
 }
 
 // Bytes flow at PredecodeBytes per cycle; an instruction is predecoded once its
-// last byte is, and waits in a queue of kInstrQueue instructions.
+// last byte is, and waits in a queue of kInstrQueue instructions. One with a
+// length-changing prefix first stalls the predecoder LcpPenalty cycles.
 void FrontEndStage::predecode() {
   unsigned Budget = P.PredecodeBytes;
   while (Predecoded.size() < kInstrQueue && SM.hasNext()) {
     mca::SourceRef SR = SM.peekNext();
+    if (LcpStall) {
+      --LcpStall;
+      return;
+    }
+    if (Facts[SR.first % Facts.size()].LengthChanging && !LcpPaid && P.LcpPenalty) {
+      LcpPaid = true;
+      LcpStall = P.LcpPenalty - 1;  // this cycle is the first
+      return;
+    }
     const unsigned Need = Facts[SR.first % Facts.size()].Bytes - Partial;
     if (Need > Budget) {
       Partial += Budget;
@@ -129,6 +150,7 @@ void FrontEndStage::predecode() {
     }
     Budget -= Need;
     Partial = 0;
+    LcpPaid = false;
     Owned.push_back(std::make_unique<mca::Instruction>(SR.second));
     Predecoded.emplace_back(SR.first, Owned.back().get());
     SM.updateNext();

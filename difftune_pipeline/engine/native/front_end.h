@@ -20,11 +20,12 @@ struct FrontEndInstr {
   unsigned Bytes = 1;          // its length in machine code
   unsigned Fused = 1;          // fused-domain µops it issues as (0: macro-fused into the one before)
   bool FusesWithNext = false;  // first half of a macro-fused pair: decoded with the next one
+  bool LengthChanging = false; // a length-changing prefix: 66h with a 16-bit immediate (the predecoder stalls)
   unsigned SyncUops = 0;       // stack-engine sync µops issued just before it
 };
 
 struct FrontEndParams {
-  unsigned PredecodeBytes, Decoders, SimpleDecoderUops, QueueSize, IssueWidth;
+  unsigned PredecodeBytes, Decoders, SimpleDecoderUops, QueueSize, IssueWidth, LcpPenalty;
   bool Modelled = true;  // false: only issue (the stack engine's sync µops), in the cycle an instruction is fetched
 };
 
@@ -58,6 +59,8 @@ class FrontEndStage final : public llvm::mca::Stage {
   const MemoryUnit *LSU;    // may still read retired stores (null: none)
   std::deque<llvm::mca::InstRef> Predecoded, Queue;
   unsigned Partial = 0;      // bytes of the next instruction already predecoded
+  unsigned LcpStall = 0;     // cycles the predecoder still stalls on the next instruction's prefix
+  bool LcpPaid = false;      // the next instruction's stall is over
   unsigned QueueUops = 0;    // fused µops in Queue
   unsigned DecodeBusy = 0;   // cycles the decoders still spend on a microcoded instruction
   unsigned IssuedThisCycle = 0;

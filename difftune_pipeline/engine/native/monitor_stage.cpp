@@ -6,22 +6,45 @@ using namespace llvm;
 
 namespace dt {
 
+// The smallest period P such that the last kWindow per-iteration increments of
+// the first K iterations repeat with it; 0 when none does.
+size_t MonitorStage::period(size_t K) const {
+  for (size_t P = 1; P <= kMaxPeriod && kWindow + P + 1 < K; ++P) {
+    bool Periodic = true;
+    for (size_t J = 0; J < kWindow && Periodic; ++J)
+      Periodic = delta(K - 1 - J) == delta(K - 1 - J - P);
+    if (Periodic) return P;
+  }
+  return 0;
+}
+
 // Once the last kWindow per-iteration increments are periodic with some
 // period P, the remaining iterations are taken to follow the same pattern.
 void MonitorStage::detect() {
   const size_t K = Retired.size();
   if (K >= Iterations) return;
-  for (size_t P = 1; P <= kMaxPeriod && kWindow + P + 1 < K; ++P) {
-    bool Periodic = true;
-    for (size_t J = 0; J < kWindow && Periodic; ++J)
-      Periodic = delta(K - 1 - J) == delta(K - 1 - J - P);
-    if (!Periodic) continue;
-    const size_t Remaining = Iterations - K;
-    uint64_t Last = Retired[K - 1] + (Remaining / P) * (Retired[K - 1] - Retired[K - 1 - P]);
-    for (size_t J = 0; J < Remaining % P; ++J) Last += delta(K - P + J);
-    Extrapolated = Last + 1;
-    return;
+  const size_t P = period(K);
+  if (!P) return;
+  PeriodAt = K, Period = P;
+  const size_t Remaining = Iterations - K;
+  uint64_t Last = Retired[K - 1] + (Remaining / P) * (Retired[K - 1] - Retired[K - 1 - P]);
+  for (size_t J = 0; J < Remaining % P; ++J) Last += delta(K - P + J);
+  Extrapolated = Last + 1;
+}
+
+double MonitorStage::steady() const {
+  size_t K = PeriodAt, P = Period;
+  if (!P) {
+    K = Retired.size() > kDrain ? Retired.size() - kDrain : 0;
+    P = K ? period(K) : 0;
   }
+  if (P) return 100.0 * (double)(Retired[K - 1] - Retired[K - 1 - P]) / (double)P;
+  if (K >= 4) {  // no repeat: the second half's average
+    const size_t H = K / 2;
+    return 100.0 * (double)(Retired[K - 1] - Retired[H - 1]) / (double)(K - H);
+  }
+  if (Retired.empty()) return 0.0;
+  return 100.0 * (double)(Retired.back() + 1) / (double)Retired.size();
 }
 
 void MonitorStage::onEvent(const mca::HWInstructionEvent &E) {

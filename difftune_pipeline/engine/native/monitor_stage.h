@@ -1,4 +1,5 @@
-// The last stage of every simulation: a cycle budget, and (opt-in) fast-forward.
+// The last stage of every simulation: a cycle budget, the steady state, and
+// (opt-in) fast-forward.
 #pragma once
 
 #include "llvm/MCA/HWEventListener.h"
@@ -9,24 +10,35 @@
 
 namespace dt {
 
-// Watches a simulation: ends it past its cycle budget, and (opt-in) fast-forwards
-// it once the cycles between iterations repeat. It fails in cycleEnd: LLVM 14's
+// Watches a simulation: ends it past its cycle budget, measures its steady state
+// (the cycles per iteration once the cycles between iterations repeat, as BHive's
+// difference of two unroll counts measures a block: fill and drain cancel), and
+// (opt-in) fast-forwards it once they repeat. It fails in cycleEnd: LLVM 14's
 // Pipeline overwrites errors returned from cycleStart.
 class MonitorStage final : public llvm::mca::Stage, public llvm::mca::HWEventListener {
   static constexpr size_t kWindow = 32, kMaxPeriod = 16;
+  // Iterations at the end of a run left out of its steady state: the last ones
+  // retire with no younger instruction competing, which the drain shows.
+  static constexpr size_t kDrain = 4;
   const uint64_t Cap;
   const unsigned BlockSize, Iterations;
   const bool FastForward;
   uint64_t Cycles = 0;
   std::vector<uint64_t> Retired;  // cycle in which each iteration's last instruction retired
 
+  size_t PeriodAt = 0, Period = 0;  // the repeating cycles found: in the last kWindow of the first PeriodAt iterations
+
   uint64_t delta(size_t I) const { return Retired[I] - Retired[I - 1]; }
+  size_t period(size_t K) const;
   void detect();
 
  public:
   int64_t Extrapolated = -1;  // total cycles predicted by fast-forward
   MonitorStage(uint64_t Cap, unsigned BlockSize, unsigned Iterations, bool FastForward)
       : Cap(Cap), BlockSize(BlockSize), Iterations(Iterations), FastForward(FastForward) {}
+  // Cycles per 100 iterations in steady state: over the period found, else the
+  // average of the second half of the run (a run that never repeats).
+  double steady() const;
   bool hasWorkToComplete() const override { return false; }
   bool isAvailable(const llvm::mca::InstRef &) const override { return true; }
   llvm::Error execute(llvm::mca::InstRef &) override { return llvm::ErrorSuccess(); }

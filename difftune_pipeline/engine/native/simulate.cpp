@@ -18,6 +18,7 @@
 #include "llvm/MCA/Stages/RetireStage.h"
 
 #include <atomic>
+#include <cmath>
 #include <thread>
 
 using namespace llvm;
@@ -120,8 +121,8 @@ std::unique_ptr<mca::Pipeline> extendedPipeline(mca::Context &Ctx, const MCSubta
   const FrontEndParams P =
       G.front_end ? FrontEndParams{(unsigned)G.predecode_bytes, (unsigned)G.decoders,
                                    (unsigned)G.simple_decoder_uops, (unsigned)G.uop_queue_size,
-                                   (unsigned)G.issue_width, true}
-                  : FrontEndParams{Unlimited, Unlimited, Unlimited, SM.IssueWidth, SM.IssueWidth, false};
+                                   (unsigned)G.issue_width, (unsigned)G.lcp_penalty, true}
+                  : FrontEndParams{Unlimited, Unlimited, Unlimited, SM.IssueWidth, SM.IssueWidth, 0, false};
   auto P0 = std::make_unique<mca::Pipeline>();
   P0->appendStage(std::make_unique<FrontEndStage>(S, std::move(Facts), P, Memory));
   P0->appendStage(std::make_unique<mca::DispatchStage>(STI, MRI, 0, *RCU, *PRF));
@@ -134,15 +135,20 @@ std::unique_ptr<mca::Pipeline> extendedPipeline(mca::Context &Ctx, const MCSubta
   return P0;
 }
 
-std::pair<int64_t, std::string> simulateOne(const EngineImpl &E, const BlockImpl &B,
-                                            const TableImpl &T, unsigned Iterations,
-                                            uint64_t Cap, bool FastForward,
-                                            Trace *Recorded = nullptr, unsigned Shown = 0) {
-  if (!B.Error.empty()) return {-1, "bad block: " + B.Error};
+struct Simulated {
+  int64_t Cycles = -1;   // llvm-mca's Total Cycles
+  double Steady = NAN;   // cycles per 100 iterations in steady state
+  std::string Status;    // "ok" or a reason
+};
+
+Simulated simulateOne(const EngineImpl &E, const BlockImpl &B, const TableImpl &T,
+                      unsigned Iterations, uint64_t Cap, bool FastForward,
+                      Trace *Recorded = nullptr, unsigned Shown = 0) {
+  if (!B.Error.empty()) return {-1, NAN, "bad block: " + B.Error};
   const MCSubtargetInfo &STI = *T.STI;
   Lowering L(E, STI);
   SmallVector<std::unique_ptr<mca::Instruction>> Lowered;
-  if (std::string Why = L.lower(B, Lowered); !Why.empty()) return {-1, Why};
+  if (std::string Why = L.lower(B, Lowered); !Why.empty()) return {-1, NAN, Why};
   const Globals &G = T.G;
   const bool Extended = G.front_end || G.memory || G.stack_engine || G.move_elimination;
   std::vector<FrontEndInstr> Facts;
@@ -178,10 +184,10 @@ std::pair<int64_t, std::string> simulateOne(const EngineImpl &E, const BlockImpl
   if (Tracer) Tracer->finish();
   if (!Cycles) {
     std::string Why = errorText(Cycles.takeError());
-    if (M.Extrapolated >= 0) return {M.Extrapolated, "ok"};
-    return {-1, Why};
+    if (M.Extrapolated >= 0) return {M.Extrapolated, M.steady(), "ok"};
+    return {-1, NAN, Why};
   }
-  return {(int64_t)*Cycles, "ok"};
+  return {(int64_t)*Cycles, M.steady(), "ok"};
 }
 
 }  // namespace
@@ -193,10 +199,12 @@ Trace Engine::trace(const Block &block, const Table &table, unsigned iterations,
   if (!table.impl || table.impl->Engine != impl_) throw std::invalid_argument("table from another engine");
   Trace Out;
   try {
-    std::tie(Out.cycles, Out.status) = simulateOne(*impl_, *block.impl, *table.impl, iterations,
-                                                   cycle_cap, /*FastForward=*/false, &Out, shown);
+    Simulated R = simulateOne(*impl_, *block.impl, *table.impl, iterations, cycle_cap,
+                              /*FastForward=*/false, &Out, shown);
+    Out.cycles = R.Cycles, Out.steady = R.Steady, Out.status = std::move(R.Status);
   } catch (const std::exception &X) {
     Out.cycles = -1;
+    Out.steady = NAN;
     Out.status = std::string("engine error: ") + X.what();
   }
   return Out;
@@ -218,15 +226,16 @@ SimResult Engine::simulate(const std::vector<Block> &blocks, const std::vector<T
     if (block_idx[I] < 0 || (size_t)block_idx[I] >= blocks.size() || table_idx[I] < 0 ||
         (size_t)table_idx[I] >= tables.size())
       throw std::out_of_range("pair " + std::to_string(I) + " indexes past the blocks or tables");
-  SimResult Out{std::vector<int64_t>(N, -1), std::vector<std::string>(N)};
+  SimResult Out{std::vector<int64_t>(N, -1), std::vector<double>(N, NAN), std::vector<std::string>(N)};
   std::atomic<size_t> Next{0};
   auto Work = [&] {
     for (size_t I; (I = Next++) < N;) {
       try {
-        auto [C, St] = simulateOne(*impl_, *blocks[block_idx[I]].impl, *tables[table_idx[I]].impl,
-                                   iterations, cycle_cap, fast_forward);
-        Out.cycles[I] = C;
-        Out.status[I] = std::move(St);
+        Simulated R = simulateOne(*impl_, *blocks[block_idx[I]].impl, *tables[table_idx[I]].impl,
+                                  iterations, cycle_cap, fast_forward);
+        Out.cycles[I] = R.Cycles;
+        Out.steady[I] = R.Steady;
+        Out.status[I] = std::move(R.Status);
       } catch (const std::exception &X) {
         Out.status[I] = std::string("engine error: ") + X.what();
       }

@@ -60,6 +60,7 @@ void applyGlobals(const EngineImpl &E, const Globals &G, const Globals &Default,
                Limits::kUopQueueMax);
     checkRange("globals", "issue_width", G.issue_width, Limits::kIssueWidthMin,
                Limits::kIssueWidthMax);
+    checkRange("globals", "lcp_penalty", G.lcp_penalty, Limits::kLcpPenaltyMin, Limits::kLcpPenaltyMax);
   }
   if (G.memory) {
     checkRange("globals", "store_forward_latency", G.store_forward_latency,

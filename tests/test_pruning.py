@@ -1,0 +1,70 @@
+"""The tuners' last stage: latencies no lower than physics allows, and each learned
+row back to LLVM's unless the val blocks that use it are predicted better with it."""
+
+import numpy as np
+
+from difftune_pipeline.tuners.base import Problem
+from difftune_pipeline.tuners.pruning import PruneConfig, Pruning, physical
+
+
+def _problem(haswell, blocks, measured, default):
+    score = lambda t: float(np.mean(np.abs(haswell.simulate(blocks, t).steady - measured) / measured))  # noqa: E731
+    return Problem(haswell, [], np.array([]), default, score, val_blocks=blocks, val_measured=measured)
+
+
+def _row(table, key, **changes):
+    return {**table.rows[key], **changes}
+
+
+def test_a_latency_or_uops_below_one_is_raised_unless_llvm_has_it_below(haswell, haswell_train):
+    blocks, _ = haswell_train
+    default = haswell.default_table(blocks)
+    zero = next(k for k, r in default.rows.items() if r["latency"] and r["latency"][0] == 0)
+    learned = default.copy()
+    learned.rows["AND8ri"] = _row(default, "AND8ri", latency=[0])
+    learned.rows["ADD64ri8"] = _row(default, "ADD64ri8", uops=0, ports={"HWPort0156": 0})
+    learned.rows[zero] = _row(default, zero, latency=[0])
+    table, raised = physical(learned, default)
+    assert sorted(raised) == ["ADD64ri8", "AND8ri"]
+    assert table.rows["AND8ri"]["latency"] == [1] and table.rows[zero]["latency"] == [0]
+    assert table.rows["ADD64ri8"]["uops"] == 1 and table.rows["ADD64ri8"]["ports"]["HWPort0156"] == 0
+
+
+def test_rows_that_val_does_not_back_go_back_to_llvms(haswell, haswell_train):
+    blocks, _ = haswell_train
+    blocks = blocks[:300]
+    default = haswell.default_table(blocks)
+    truth = default.copy()  # what "hardware" measures: loads slower than LLVM says
+    truth.rows["MOV64rm"] = _row(default, "MOV64rm", latency=[9])
+    measured = haswell.simulate(blocks, truth).steady
+    learned = truth.copy()
+    learned.rows["ADD64rr"] = _row(default, "ADD64rr", latency=[7])  # wrong: val gets worse with it
+    learned.rows["PDEP64rr"] = _row(default, "PDEP64rr", latency=[2])  # no val block uses it
+    assert not any("PDEP64rr" in b.row_keys for b in blocks)
+    problem = _problem(haswell, blocks, measured, default)
+    table, history = Pruning(PruneConfig()).tune(learned, problem)
+    assert table.rows["MOV64rm"] == truth.rows["MOV64rm"]  # kept: val is predicted better with it
+    assert table.rows["ADD64rr"] == default.rows["ADD64rr"]
+    assert table.rows["PDEP64rr"] == default.rows["PDEP64rr"]
+    assert history[0]["rows_kept"] == 1
+    assert history[0]["reverted"] == {"ADD64rr": learned.rows["ADD64rr"], "PDEP64rr": learned.rows["PDEP64rr"]}
+    assert history[0]["val_after"] < history[0]["val_before"]
+    off, _ = Pruning(PruneConfig(physics=False, prune=False)).tune(learned, problem)
+    assert off == learned
+
+
+def test_a_row_that_makes_one_val_block_much_worse_goes_back(haswell, haswell_train):
+    blocks, _ = haswell_train
+    blocks = blocks[:300]
+    default = haswell.default_table(blocks)
+    truth = default.copy()
+    truth.rows["MOV64rm"] = _row(default, "MOV64rm", latency=[9])
+    measured = haswell.simulate(blocks, truth).steady
+    slower = haswell.simulate(blocks, default).steady
+    users = [i for i, b in enumerate(blocks) if "MOV64rm" in b.row_keys and measured[i] > 1.3 * slower[i]]
+    measured[users[0]] = slower[users[0]]  # one block the row makes more than 30 points worse
+    problem = _problem(haswell, blocks, measured, default)
+    kept, _ = Pruning(PruneConfig(max_harm=1.0)).tune(truth, problem)
+    assert kept.rows["MOV64rm"] == truth.rows["MOV64rm"]  # val gains in sum
+    table, history = Pruning(PruneConfig()).tune(truth, problem)
+    assert table.rows["MOV64rm"] == default.rows["MOV64rm"] and list(history[0]["reverted"]) == ["MOV64rm"]
