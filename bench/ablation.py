@@ -196,9 +196,7 @@ def main() -> None:
             if "memory" in mechanisms:  # the may-alias blocks without the harness model
                 sym = table.with_model(table.mechanisms, "none")
                 rs = engine.simulate(symbolic_test, sym)
-                row["alias:bhive without harness"] = figures(
-                    rs.steady, rs.ok, truth, {"x": masks["alias:bhive"]}
-                )["x"]
+                row["alias:bhive without harness"] = figures(rs.steady, rs.ok, truth, {"x": masks["alias:bhive"]})["x"]
             row["seconds"] = time.perf_counter() - t1
             row["globals"] = table.globals
             results[key] = row

@@ -6,7 +6,11 @@ the steady state (what BHive measures) and the MAPE of llvm-mca's Total Cycles, 
 share of test blocks predicted more than 20 points worse than the default, and
 val MAPE (what selection saw).
 
-    .venv/bin/python bench/accuracy.py --warehouse W.duckdb [W2.duckdb ...] [--mcpu haswell]
+    .venv/bin/python bench/accuracy.py --warehouse W.duckdb [W2.duckdb ...] [--mcpu haswell] \
+        [--unseen 1000 --data ../shared/data]
+
+``--unseen N``: also score every table on the first N blocks of BHive's file for the
+µarch that the warehouse has never seen (not among its blocks).
 
 Give the warehouses of runs that differ in one setting (e.g. ``measure``, or
 ``prune.prune``): the same blocks and splits, a table each.
@@ -19,7 +23,9 @@ import json
 from pathlib import Path
 
 import numpy as np
+from common import add_data_argument, bhive_rows
 
+from difftune_pipeline import harness
 from difftune_pipeline.config import settings_for
 from difftune_pipeline.engine import Engine, ParamTable
 from difftune_pipeline.model.metrics import kendall_tau, mape
@@ -43,44 +49,69 @@ def before_pruning(table: ParamTable, note: dict) -> ParamTable | None:
     return ParamTable(table.mcpu, table.llvm_version, globals_, rows, table.mechanisms, table.harness)
 
 
-def figures(ctx: StepContext, table: ParamTable, default_error: np.ndarray | None) -> dict:
+def scored(engine: Engine, table: ParamTable, blocks: list, truth: np.ndarray, base: dict | None) -> dict:
+    """MAPE and τ of the steady state, MAPE of the Total Cycles, each block's error,
+    and the share of blocks more than 20 points worse than under ``base``."""
+    result = engine.simulate(blocks, table)
+    ok = result.ok
+    steady, total = result.predicted("steady"), result.predicted("total")
+    out = {
+        "mape": mape(steady[ok], truth[ok]),
+        "tau": kendall_tau(steady[ok], truth[ok]),
+        "total_mape": mape(total[ok], truth[ok]),
+        "error": np.where(ok, np.abs(steady - truth) / truth, np.nan),
+    }
+    if base is not None:
+        both = ~np.isnan(out["error"]) & ~np.isnan(base["error"])
+        out["worse"] = float(np.mean(out["error"][both] - base["error"][both] > WORSE_POINTS))
+    return out
+
+
+def splits(ctx: StepContext) -> dict[str, tuple[list, np.ndarray]]:
     out = {}
     for split in ("val", "test"):
         frame, blocks = ctx.blocks(split)
-        result = ctx.engine.simulate([blocks[b] for b in frame["block_id"]], table)
-        truth, ok = frame["cycles_per_100"].to_numpy(), result.ok
-        steady, total = result.predicted("steady"), result.predicted("total")
-        if split == "val":
-            out["val"] = mape(steady[ok], truth[ok])
-            continue
-        out |= {
-            "mape": mape(steady[ok], truth[ok]),
-            "tau": kendall_tau(steady[ok], truth[ok]),
-            "total_mape": mape(total[ok], truth[ok]),
-            "error": np.where(ok, np.abs(steady - truth) / truth, np.nan),
-        }
-    if default_error is not None:
-        worse = out["error"] - default_error > WORSE_POINTS
-        out["worse"] = float(np.mean(worse[~np.isnan(out["error"]) & ~np.isnan(default_error)]))
+        out[split] = [blocks[b] for b in frame["block_id"]], frame["cycles_per_100"].to_numpy()
     return out
+
+
+def unseen(engine: Engine, db: Path, n: int, data: Path) -> tuple[list, np.ndarray]:
+    """The first ``n`` blocks of BHive's file that the warehouse has no block of, with BHive-harness addresses."""
+    known = set(connection.query("SELECT hex FROM blocks", db)["hex"].to_list())
+    rows = [(h, c) for h, c in bhive_rows(engine.mcpu, None, data) if h.lower() not in known]
+    blocks, truth = [], []
+    for c, b in zip([c for _, c in rows], engine.disassemble_many([h for h, _ in rows])):
+        if b.ok:
+            blocks.append(harness.accesses(b, "bhive").attach(b))
+            truth.append(c)
+        if len(blocks) == n:
+            break
+    return blocks, np.array(truth)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--warehouse", type=Path, nargs="+", required=True)
     parser.add_argument("--mcpu", default="haswell")
+    parser.add_argument("--unseen", type=int, default=0)
+    add_data_argument(parser)
     args = parser.parse_args()
     engine = Engine(args.mcpu)
     print(f"-mcpu={args.mcpu}: test split, the real engine; steady = what BHive measures, total = Total Cycles")
+    sets = ["test"] + (["unseen"] if args.unseen else [])
     print(
-        f"{'table':58s} {'val':>7s} {'test':>7s} {'tau':>6s} {'total':>7s} {'>20pt worse':>12s}  "
-        "(MAPE; worse: than LLVM's values under the chosen model)"
+        f"{'table':58s} {'val':>7s} "
+        + " ".join(f"{s + ': MAPE':>12s} {'tau':>6s} {'total':>7s} {'worse':>7s}" for s in sets)
     )
+    print("(worse: blocks more than 20 points worse than under LLVM's values with the chosen model)")
     for db in args.warehouse:
         ctx = StepContext(str(db), engine, settings_for("sample"))
         llvm_id, llvm = ctx.llvm_mca_table()
         default_id, default = ctx.default_table()
-        base = figures(ctx, default, None)
+        data = splits(ctx)
+        if args.unseen:
+            data["unseen"] = unseen(engine, db, args.unseen, args.data)
+        base = {s: scored(engine, default, *data[s], None) for s in sets}
         rows = [("llvm-mca as shipped", llvm), (f"LLVM's values ({default.model})", default)]
         learned = connection.query(
             "SELECT table_id, note FROM param_tables WHERE kind = 'learned' AND mcpu = ? ORDER BY created_at",
@@ -96,14 +127,18 @@ def main() -> None:
                 rows.append((f"{label}, before pruning", unpruned))
                 label += ", pruned"
             rows.append((f"{label} ({table_id[-12:]})", table))
-        print(f"{db}:")
+        print(f"{db}: {', '.join(f'{s} {len(data[s][0])} blocks' for s in data)}")
         for label, table in rows:
-            f = base if table is default else figures(ctx, table, base["error"])
-            worse = f.get("worse")
-            print(
-                f"  {label:56s} {100 * f['val']:6.2f}% {100 * f['mape']:6.2f}% {f['tau']:6.3f} "
-                f"{100 * f['total_mape']:6.2f}% {'' if worse is None else f'{100 * worse:10.2f}%':>12s}"
-            )
+            val = scored(engine, table, *data["val"], None)["mape"]
+            cells = []
+            for s in sets:
+                f = base[s] if table is default else scored(engine, table, *data[s], base[s])
+                worse = f.get("worse")
+                cells.append(
+                    f"{100 * f['mape']:11.2f}% {f['tau']:6.3f} {100 * f['total_mape']:6.2f}% "
+                    + ("       " if worse is None else f"{100 * worse:6.2f}%")
+                )
+            print(f"  {label:56s} {100 * val:6.2f}% " + " ".join(cells))
 
 
 if __name__ == "__main__":

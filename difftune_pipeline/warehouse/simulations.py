@@ -71,7 +71,8 @@ def simulation_totals(db: Db, table_ids: list[str]) -> tuple:
     with _scan(db, None, table_ids, None) as con:
         return (
             con.sql(
-                "SELECT count(*) AS n, sum(cycles) AS s, sum(steady_cycles_per_100) AS steady "
+                # the steady state summed in thousandths, as integers: a sum of doubles depends on the order
+                "SELECT count(*) AS n, sum(cycles) AS s, sum(round(steady_cycles_per_100 * 1000)::BIGINT) AS steady "
                 "FROM sims WHERE status = 'ok'"
             )
             .pl()
