@@ -263,7 +263,8 @@ def test_materialise_the_whole_graph_with_the_cli(smoke_run, tmp_path, monkeypat
     log = root / run.stderr.splitlines()[0].split("Dagster's log: ")[1].split("  ")[0]
     assert log.parent == root / "warehouse" / "logs" and "RUN_SUCCESS" in log.read_text()
     assert "Results on the test split" in run.stdout and re.search(r"haswell +2,000 .*extended", run.stdout)
-    assert re.search(r"(\d+\.\d% / 0\.\d\d.*){3}", run.stdout), run.stdout  # llvm-mca, default, learned
+    # llvm-mca, default and learned (MAPE / τ of the steady state), then the share of test blocks made worse
+    assert re.search(r"steady\)\s.*\n.*\n.*(\d+\.\d% / \.\d\d.*){3} +\d+\.\d%", run.stdout), run.stdout
     assert "    .venv/bin/difftune report\n" in run.stdout and "    make ui\n" in run.stdout
     db = root / "warehouse" / "difftune.duckdb"
     monkeypatch.setenv("DAGSTER_HOME", str(root / ".dagster_home"))
@@ -275,12 +276,14 @@ def test_materialise_the_whole_graph_with_the_cli(smoke_run, tmp_path, monkeypat
     assert haswell["model"] == "extended" and len(ids) == 3
     assert all(0 < haswell[t]["test_mape"] < 1 for t in ("llvm_mca", "default", "learned"))
     assert haswell["llvm_mca"]["test_mape"] > haswell["default"]["test_mape"]  # llvm-mca as shipped: the worst
+    assert haswell["measure"] == "steady" and 0 <= haswell["test_worse_share"] < 0.05
     evals = store.query("SELECT DISTINCT table_id FROM evaluations", db)
     assert evals.height == 3
     with dg.DagsterInstance.get() as instance:
         mat = instance.get_latest_materialization_event(dg.AssetKey("evaluation"))
         meta = mat.asset_materialization.metadata
         assert {"test_llvm_mca_mape_pct", "test_default_mape_pct", "test_learned_mape_pct"} <= set(meta)
+        assert meta["measure"].value == "steady" and "learned_test_mape_pct_other_measure" in meta
         assert meta["predicted_vs_measured"].value.startswith("![") and not meta["figures_reused"].value
         checks = {
             k.name: instance.event_log_storage.get_latest_asset_check_execution_by_key([k])[k].status.value
@@ -368,9 +371,9 @@ def test_each_surrogate_and_tuner_learns_a_valid_table_no_worse_on_val(simulated
     assert (
         ran
         == {
-            "surrogate": {"surrogate"},
-            "direct": {"search"},
-            "combined": {"surrogate", "search"},
-            "combined+direct": {"surrogate", "search", "search from default", "search again"},
+            "surrogate": {"surrogate", "prune"},
+            "direct": {"search", "prune"},
+            "combined": {"surrogate", "search", "prune"},
+            "combined+direct": {"surrogate", "search", "search from default", "search again", "prune"},
         }[tuner]
     )

@@ -19,6 +19,7 @@ SKIPPED = {
     r"^make test": "this test suite itself",
     r"^make (bench|screenshots)\b": "the benchmarks and the browser check, minutes each",
     r"^ray start\b|RAY_ADDRESS=": "a Ray cluster of its own",
+    r"\bruns/": "runs of the sample profile, minutes each, in folders of their own (results.md)",
 }
 
 

@@ -248,6 +248,7 @@ class _Globals(BaseModel):
     simple_decoder_uops: _int("simple_decoder_uops") | None = None
     uop_queue_size: _int("uop_queue_size") | None = None
     issue_width: _int("issue_width") | None = None
+    lcp_penalty: _int("lcp_penalty") | None = None
     store_forward_latency: _int("store_forward_latency") | None = None
     alias_4k_penalty: _int("alias_4k_penalty") | None = None
     store_forward_fail_penalty: _int("store_forward_fail_penalty") | None = None
