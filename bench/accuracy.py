@@ -29,10 +29,9 @@ from difftune_pipeline import harness
 from difftune_pipeline.config import settings_for
 from difftune_pipeline.engine import Engine, ParamTable
 from difftune_pipeline.model.metrics import kendall_tau, mape
+from difftune_pipeline.reporting.compare import WORSE_POINTS
 from difftune_pipeline.steps import StepContext
 from difftune_pipeline.warehouse import connection, tables
-
-WORSE_POINTS = 0.20
 
 
 def before_pruning(table: ParamTable, note: dict) -> ParamTable | None:

@@ -11,6 +11,8 @@ from difftune_pipeline.engine.table import diff
 from difftune_pipeline.model.metrics import MIN_SLICE_BLOCKS, worse_slices
 from difftune_pipeline.warehouse import evaluation, ingestion
 
+WORSE_POINTS = 0.20  # a block is "worse" under a table whose error exceeds the other's by this much
+
 
 def compare(evaluations: pl.DataFrame, tables: dict[str, str], worse: pl.DataFrame) -> pl.DataFrame:
     """The tables side by side per (split, slice) of the learned table's evaluation:
@@ -34,9 +36,6 @@ def compare(evaluations: pl.DataFrame, tables: dict[str, str], worse: pl.DataFra
         .with_columns((higher & ~pl.col("worse") & (pl.col("split") == "test")).alias("worse_within_noise"))
         .sort(["split", "slice"])
     )
-
-
-WORSE_POINTS = 0.20  # a block is "worse" under a table whose error exceeds the other's by this much
 
 
 def three_tables(
