@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from difftune_pipeline.engine import MEASURES, extended
+from difftune_pipeline.engine import check_measure, extended
 from difftune_pipeline.model.params import PRESETS
 from difftune_pipeline.surrogates import surrogate_type
 from difftune_pipeline.surrogates.lstm import LSTMConfig
@@ -145,8 +145,7 @@ def settings_for(profile: str, overrides: dict[str, Any] | None = None) -> Setti
     compose(settings.tuner, settings.tune, settings.search, settings.prune)
     extended.parse(settings.model)  # refuses an unknown model or mechanism
     extended.check((), settings.harness)
-    if settings.measure not in MEASURES:
-        raise ValueError(f"setting 'measure' must be one of {', '.join(MEASURES)}, got {settings.measure!r}")
+    check_measure(settings.measure, "setting 'measure'")
     unknown = [p for p in settings.presets if p not in PRESETS]
     if unknown:
         raise ValueError(f"unknown sampling presets {unknown}: one of {PRESETS}")

@@ -90,12 +90,11 @@ def run_table(
     ``model``/``harness_name`` say otherwise, scored by ``measure``: the shared core
     of ``simulate`` and ``evaluate``."""
     from difftune_pipeline import harness
-    from difftune_pipeline.engine import MEASURES, Engine, ParamTable, extended
+    from difftune_pipeline.engine import Engine, ParamTable, check_measure, extended
     from difftune_pipeline.model.metrics import kendall_tau, mape
     from difftune_pipeline.warehouse.simulations import PREDICTED
 
-    if measure not in MEASURES:
-        raise ValueError(f"--measure must be one of {', '.join(MEASURES)}, not {measure!r}")
+    check_measure(measure, "--measure")
 
     engine = Engine(mcpu)
     table = ParamTable.from_json(params) if params else None

@@ -291,7 +291,7 @@ def evaluation(
     out = steps.evaluate_latest(_ctx(context, warehouse, engine, settings))
     table = out["comparison"]
     test = table.filter(pl.col("split") == "test")
-    other = {t: m for t, m in out["other_measure"].select("table_id", "mape").iter_rows()}
+    other = out["by_measure"].filter(pl.col("measure") != out["measure"])
     share = out["test_worse_share"]
     meta = {
         "model": out["model"],
@@ -300,9 +300,9 @@ def evaluation(
         **_test_overall(test.filter(pl.col("slice") == "all")),
         # the same tables scored by the other measure
         **{
-            f"{name.replace('-', '_')}_test_mape_pct_other_measure": round(100 * other[t], 2)
-            for name, t in out["tables"].items()
-            if other.get(t) is not None
+            f"{name.replace('-', '_')}_test_mape_pct_other_measure": round(100 * mape, 2)
+            for name, mape in other.select("table", "mape").iter_rows()
+            if mape is not None
         },
         # test blocks the learned table predicts more than 20 points worse than the default
         "test_blocks_worse_by_20_points_pct": None if share is None else round(100 * share, 2),

@@ -51,6 +51,7 @@ __all__ = [
     "MEASURES",
     "SimResult",
     "Trace",
+    "check_measure",
     "default_threads",
 ]
 
@@ -64,6 +65,13 @@ MEASURES = {
     "steady": "steady state (cycles per 100 iterations once fill and drain cancel, as BHive measures)",
     "total": "Total Cycles (llvm-mca's, fill and drain included)",
 }
+
+
+def check_measure(measure: str, what: str = "measure") -> str:
+    """``measure`` if it is one of ``MEASURES``, else a ValueError naming ``what`` (a setting, an option)."""
+    if measure not in MEASURES:
+        raise ValueError(f"{what} must be one of {', '.join(MEASURES)}, not {measure!r}")
+    return measure
 
 
 @dataclass
@@ -83,11 +91,7 @@ class SimResult:
         """Cycles per 100 iterations as ``measure`` reads them (float64): ``steady``,
         what BHive measures (the difference of two unroll counts, so the pipeline's fill
         and drain cancel), or ``total``, llvm-mca's Total Cycles (at 100 iterations)."""
-        if measure == "steady":
-            return self.steady
-        if measure == "total":
-            return self.cycles.astype(np.float64)
-        raise ValueError(f"measure must be one of {', '.join(MEASURES)}, not {measure!r}")
+        return self.steady if check_measure(measure) == "steady" else self.cycles.astype(np.float64)
 
 
 def _renumber(table_idx: np.ndarray, dropped: dict) -> np.ndarray:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from difftune_pipeline.engine import ParamTable
+from difftune_pipeline.engine import MEASURES, ParamTable
 from difftune_pipeline.engine.table import diff
 from difftune_pipeline.model.metrics import MIN_SLICE_BLOCKS, worse_slices
 from difftune_pipeline.warehouse import evaluation, ingestion
@@ -109,6 +109,21 @@ def predicted_vs_measured(
         predicted = evaluation.predictions(db, table_id, measure).rename({"cycles": name})
         frame = frame.join(predicted, on="block_id", how="left")
     return frame
+
+
+def by_measure(db, uarch: str, tables: dict[str, str]) -> pl.DataFrame:
+    """The test split's overall MAPE and Kendall tau of each named table
+    (``{name: table_id}``) under each measure: measure, table, table_id, mape, kendall_tau."""
+    names = pl.DataFrame({"table": list(tables), "table_id": list(tables.values())})
+    return (
+        pl.concat(
+            evaluation.evaluations(db, uarch, list(tables.values()), m).with_columns(pl.lit(m).alias("measure"))
+            for m in MEASURES
+        )
+        .filter((pl.col("split") == "test") & (pl.col("slice") == "all"))
+        .join(names, on="table_id")
+        .select("measure", "table", "table_id", "mape", "kendall_tau")
+    )
 
 
 def worse_share(predicted: pl.DataFrame, base: str, new: str, points: float = WORSE_POINTS) -> float | None:

@@ -19,6 +19,7 @@ from difftune_pipeline.engine import MEASURES, Engine, ParamTable
 from difftune_pipeline.model.metrics import MIN_SLICE_BLOCKS
 from difftune_pipeline.reporting import plots
 from difftune_pipeline.reporting.compare import (
+    by_measure,
     changed_parameters,
     three_tables,
     worse_summary,
@@ -66,14 +67,9 @@ def uarch_section(db, row: dict) -> str:
     if row["learned_id"] is None or evals.is_empty():
         return f"<h2>{html.escape(uarch)}</h2><p>Not evaluated yet: materialise <code>evaluation</code>.</p>"
     predicted, comparison = three_tables(db, uarch, compared, evals, measure)
-    other = next(m for m in MEASURES if m != measure)
     both = (
-        pl.concat(
-            evaluation.evaluations(db, uarch, list(compared.values()), m).with_columns(pl.lit(m).alias("measure"))
-            for m in (measure, other)
-        )
-        .filter((pl.col("split") == "test") & (pl.col("slice") == "all"))
-        .join(pl.DataFrame({"table": list(compared), "table_id": list(compared.values())}), on="table_id")
+        by_measure(db, uarch, compared)
+        .sort(pl.col("measure") != measure, maintain_order=True)  # the one scored first
         .select("measure", "table", (100 * pl.col("mape")).round(2).alias("mape_pct"), "kendall_tau")
     )
     share = row["test_worse_share"]

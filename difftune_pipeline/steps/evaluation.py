@@ -8,7 +8,7 @@ import polars as pl
 from difftune_pipeline.engine import MEASURES, extended
 from difftune_pipeline.model.features import is_x87
 from difftune_pipeline.model.metrics import metrics_by_slice, slices
-from difftune_pipeline.reporting.compare import changed_parameters, three_tables, worse_share
+from difftune_pipeline.reporting.compare import by_measure, changed_parameters, three_tables, worse_share
 from difftune_pipeline.reporting.report import explained_blocks, load_figures, save_figures, scatter_png
 from difftune_pipeline.steps.context import CODE_VERSIONS, StepContext, fingerprint
 from difftune_pipeline.warehouse import connection, evaluation, ingestion, insert_new, tables, writer
@@ -144,9 +144,7 @@ def evaluate_latest(ctx: StepContext) -> dict:
         "model": model,
         "measure": measure,
         "test_worse_share": worse,
-        "other_measure": evaluation.evaluations(
-            ctx.db, ctx.uarch, list(dict.fromkeys(compared.values())), next(m for m in MEASURES if m != measure)
-        ).filter((pl.col("split") == "test") & (pl.col("slice") == "all")),
+        "by_measure": by_measure(ctx.db, ctx.uarch, compared),
         "comparison": comparison,
         "changed": changed_parameters(default, learned),
         "figures_reused": reused,
