@@ -47,9 +47,10 @@ class Settings:
     # The simulator: llvm-mca's model, the extended one (engine/extended.py), some of
     # its mechanisms (llvm-mca+front_end+…), or auto: the one whose default table
     # scores better on val. The harness model the measurements were taken under
-    # gives the memory mechanism its addresses (BHive's files: bhive).
+    # gives the memory mechanism its addresses: auto is each µarch's own (BHive's
+    # files: bhive; AnICA's Zen+ set: nanobench), or one of extended.HARNESSES.
     model: str = "auto"
-    harness: str = "bhive"
+    harness: str = "auto"
 
     @property
     def surrogate_config(self):
@@ -144,7 +145,8 @@ def settings_for(profile: str, overrides: dict[str, Any] | None = None) -> Setti
     surrogate_type(settings.surrogate_model)  # refuses an unknown name, listing the known ones
     compose(settings.tuner, settings.tune, settings.search, settings.prune)
     extended.parse(settings.model)  # refuses an unknown model or mechanism
-    extended.check((), settings.harness)
+    if settings.harness != "auto":
+        extended.check((), settings.harness)
     check_measure(settings.measure, "setting 'measure'")
     unknown = [p for p in settings.presets if p not in PRESETS]
     if unknown:

@@ -9,6 +9,14 @@ The block runs there for a few iterations on a real CPU emulator (Unicorn) and
 every access is recorded with its width. Pointers the block loads are thus
 0x2324000 too, so ``(%rsi)`` and ``(%rdi)`` are often one address.
 
+``nanobench``: nanoBench's user-mode harness (andreas-abel/nanoBench,
+``common/nanoBench.h``, ``SAVE_REGS_FLAGS``; how AnICA measured Zen+) sets RAX,
+RBX, RCX, RDX, R8-R13 to 0 and R15 to the loop count (100), and points R14,
+RBP, RDI, RSI and RSP each into the middle of a 1 MiB area of its own
+(page-aligned, so the five addresses are equal modulo 4 KiB); the areas come
+from a fresh allocation (zeros) and are never cleared between runs. The state
+carries over from one copy of the block to the next.
+
 ``none`` (and the fallback when emulation fails, with the reason kept): symbolic
 equality of address expressions. Two accesses meet when they use the same
 base, index, scale, segment and displacement and no instruction in between
@@ -44,6 +52,8 @@ STEPS = 64  # emulator steps per instruction and iteration (a rep prefix with RC
 INIT = 0x2324000
 CODE = 0x10000000  # where the block's code is placed (away from the data pages)
 PAGE = 4096
+NANOBENCH_AREAS = 0x7F0000000000  # nanoBench's areas: R14, RBP, RDI, RSI, RSP, 2 MiB apart
+NANOBENCH_LOOP = 100  # R15: AnICA's loop count (-loop 100)
 _GPRS = (
     X.UC_X86_REG_RAX, X.UC_X86_REG_RBX, X.UC_X86_REG_RCX, X.UC_X86_REG_RDX, X.UC_X86_REG_RSI, X.UC_X86_REG_RDI,
     X.UC_X86_REG_R8, X.UC_X86_REG_R9, X.UC_X86_REG_R10, X.UC_X86_REG_R11, X.UC_X86_REG_R12, X.UC_X86_REG_R13,
@@ -56,7 +66,7 @@ _SYMBOLIC_REGION = 1 << 40  # symbolic addresses: one region per register-versio
 class Accesses:
     """Where one block's accesses land under one harness model."""
 
-    harness: str  # the model the addresses come from: "bhive", or "none" (symbolic)
+    harness: str  # the model the addresses come from: "bhive", "nanobench", or "none" (symbolic)
     rows: tuple[tuple[int, int, int, int, bool], ...]  # (iteration, instruction, address, bytes, store)
     status: str  # "ok", or why the requested harness model fell back to symbolic addresses
 
@@ -74,15 +84,15 @@ class EmulationError(Exception):
 
 
 def accesses(block: Block, harness: str) -> Accesses:
-    """The block's accesses under ``harness``; a block BHive's model cannot run
-    gets symbolic addresses, with the reason as its status."""
+    """The block's accesses under ``harness``; a block the harness model cannot
+    run gets symbolic addresses, with the reason as its status."""
     if harness not in HARNESSES:
         raise ValueError(f"unknown harness {harness!r}: one of {', '.join(HARNESSES)}")
     if not block.ok:
         return Accesses("none", (), f"bad block: {block.error}")
-    if harness == "bhive":
+    if harness in _EMULATED:
         try:
-            return Accesses("bhive", bhive(block.encoding), "ok")
+            return Accesses(harness, _EMULATED[harness](block.encoding), "ok")
         except EmulationError as exc:
             return Accesses("none", symbolic(block), f"emulation failed: {exc}")
     return Accesses("none", symbolic(block), "ok")
@@ -91,22 +101,37 @@ def accesses(block: Block, harness: str) -> Accesses:
 def bhive(encoding: list[str], iterations: int = ITERATIONS) -> tuple:
     """Runs the block (its instructions' machine code) ``iterations`` times from
     BHive's initial state, recording every load and store."""
+    registers = {reg: INIT for reg in _GPRS} | {X.UC_X86_REG_RSP: 0x2324800, X.UC_X86_REG_RBP: 0x23247F0}
+    page = ctypes.create_string_buffer(INIT.to_bytes(8, "little") * (PAGE // 8), PAGE)
+    return _emulate(encoding, registers, 0x1F80 | 0x8040, page, iterations)  # exceptions masked, FTZ and DAZ
+
+
+def nanobench(encoding: list[str], iterations: int = ITERATIONS) -> tuple:
+    """Runs the block ``iterations`` times from nanoBench's initial state (each
+    page it touches zeros of its own), recording every load and store."""
+    registers = {reg: 0 for reg in _GPRS} | {X.UC_X86_REG_R15: NANOBENCH_LOOP}
+    pointers = (X.UC_X86_REG_R14, X.UC_X86_REG_RBP, X.UC_X86_REG_RDI, X.UC_X86_REG_RSI, X.UC_X86_REG_RSP)
+    for k, reg in enumerate(pointers):
+        registers[reg] = NANOBENCH_AREAS + k * (2 << 20) + (1 << 19)
+    return _emulate(encoding, registers, 0x1F80, None, iterations)
+
+
+def _emulate(encoding: list[str], registers: dict, mxcsr: int, page, iterations: int) -> tuple:
+    """Runs the block from the given registers, mapping each data page it touches
+    onto ``page`` (one shared buffer) or, with None, a zeroed page of its own."""
     code = b"".join(bytes.fromhex(h) for h in encoding)
     starts, offset = {}, 0
     for i, h in enumerate(encoding):
         starts[CODE + offset] = i
         offset += len(h) // 2
     end = CODE + len(code)
-    page = ctypes.create_string_buffer(INIT.to_bytes(8, "little") * (PAGE // 8), PAGE)
     uc = Uc(UC_ARCH_X86, UC_MODE_64)
     uc.mem_map(CODE, -(-len(code) // PAGE) * PAGE, UC_PROT_ALL)
     uc.mem_write(CODE, code)
-    for reg in _GPRS:
-        uc.reg_write(reg, INIT)
-    uc.reg_write(X.UC_X86_REG_RSP, 0x2324800)
-    uc.reg_write(X.UC_X86_REG_RBP, 0x23247F0)
+    for reg, value in registers.items():
+        uc.reg_write(reg, value)
     uc.reg_write(X.UC_X86_REG_EFLAGS, 0x2)
-    uc.reg_write(X.UC_X86_REG_MXCSR, 0x1F80 | 0x8040)  # exceptions masked, FTZ and DAZ
+    uc.reg_write(X.UC_X86_REG_MXCSR, mxcsr)
     state = {"instr": 0, "iteration": 0, "left": None}
     rows: list[tuple[int, int, int, int, bool]] = []
 
@@ -125,14 +150,17 @@ def bhive(encoding: list[str], iterations: int = ITERATIONS) -> tuple:
         rows.append((state["iteration"], state["instr"], address, size, kind == UC_MEM_WRITE))
 
     def on_unmapped(uc, kind, address, size, value, _):
-        # Every data page is the one shared page. An access may straddle two, one
-        # of them mapped already; one that cannot be mapped faults the block.
+        # Every data page is the one shared page, or a zeroed one. An access may straddle
+        # two, one of them mapped already; one that cannot be mapped faults the block.
         mapped = False
         for base in sorted({address & ~(PAGE - 1), (address + max(size, 1) - 1) & ~(PAGE - 1)}):
             if CODE <= base < end:
                 continue
             try:
-                uc.mem_map_ptr(base, PAGE, UC_PROT_ALL, ctypes.addressof(page))
+                if page is None:
+                    uc.mem_map(base, PAGE, UC_PROT_ALL)
+                else:
+                    uc.mem_map_ptr(base, PAGE, UC_PROT_ALL, ctypes.addressof(page))
                 mapped = True
             except UcError:  # mapped before (the other half of the access), or not mappable
                 continue
@@ -167,6 +195,9 @@ def _expression(address: str, version: dict[str, int]) -> tuple[tuple, int]:
         base, scale, index, disp, segment = fields
         return (base, version.get(base, 0), scale, index, version.get(index, 0), segment), int(disp)
     return (address, *(version.get(f, 0) for f in fields)), 0
+
+
+_EMULATED = {"bhive": bhive, "nanobench": nanobench}
 
 
 def symbolic(block: Block) -> tuple:

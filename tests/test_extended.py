@@ -288,14 +288,29 @@ def test_engine_refuses_out_of_range_parameters_and_unsupported_cpus(haswell, ba
     bad = model(base, ("front_end",), decoders=0)
     result = haswell.simulate([haswell.parse_asm("nop")], bad)
     assert "decoders = 0 is outside the valid range" in result.status[0]
-    with pytest.raises(InvalidTable, match="no front-end rules for znver1"):
-        zen = Engine("znver1")
-        table = zen.default_table()
+    with pytest.raises(InvalidTable, match="no rules for btver2"):
+        jaguar = Engine("btver2")
+        table = jaguar.default_table()
         table.mechanisms = ("stack_engine",)
         table.globals["stack_sync_uops"] = 1
-        zen.compile(table)
-    with pytest.raises(ValueError, match="no front-end rules"):
-        Engine("znver1").default_table().with_model(("front_end",))
+        jaguar.compile(table)
+    with pytest.raises(ValueError, match="no rules for 'btver2'"):
+        Engine("btver2").default_table().with_model(("stack_engine",))
+    # A mechanism of another generation: Intel's front end on Zen+, Zen+'s zero-count shift on Haswell.
+    zen = Engine("znver1")
+    with pytest.raises(ValueError, match="front_end is not a mechanism of znver1"):
+        zen.default_table().with_model(("front_end",))
+    forced = zen.default_table()
+    forced.mechanisms = ("front_end",)
+    forced.globals.update(extended.defaults("haswell", ("front_end",)))
+    with pytest.raises(InvalidTable, match="front_end follows Intel's rules"):
+        zen.compile(forced)
+    with pytest.raises(ValueError, match="zero_shift is not a mechanism of haswell"):
+        base.with_model(("zero_shift",))
+    forced = model(base, ("stack_engine",))
+    forced.mechanisms, forced.globals = ("zero_shift",), {**base.globals, "zero_shift_penalty": 23}
+    with pytest.raises(InvalidTable, match="zero_shift is AMD Zen"):
+        haswell.compile(forced)
 
 
 @pytest.mark.parametrize(
@@ -310,6 +325,13 @@ def test_engine_refuses_out_of_range_parameters_and_unsupported_cpus(haswell, ba
 )
 def test_model_names(name, mechanisms):
     assert extended.parse(name) == mechanisms
+
+
+def test_extended_is_each_generations_own():
+    assert extended.parse("extended", "haswell") == ("front_end", "memory", "stack_engine")
+    assert extended.parse("extended", "znver1") == ("memory", "stack_engine", "zero_shift")
+    assert extended.parse("extended", "btver2") == ()
+    assert extended.harness_for("znver1") == "nanobench" and extended.harness_for("skylake") == "bhive"
 
 
 @pytest.mark.parametrize(

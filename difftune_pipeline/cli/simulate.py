@@ -36,7 +36,8 @@ Model = Annotated[
     ),
 ]
 Harness = Annotated[
-    str | None, typer.Option("--harness", help="where memory addresses come from: bhive or none (default: the table's)")
+    str | None,
+    typer.Option("--harness", help="where memory addresses come from: bhive, nanobench or none (default: the table's)"),
 ]
 Measure = Annotated[
     str,
@@ -100,7 +101,7 @@ def run_table(
     table = ParamTable.from_json(params) if params else None
     blocks = [engine.parse_asm(a) if a is not None else engine.disassemble(h) for _, h, a, _, _ in items]
     if model is not None or harness_name is not None:
-        mechanisms = extended.parse(model) if model is not None else table.mechanisms if table else ()
+        mechanisms = extended.parse(model, mcpu) if model is not None else table.mechanisms if table else ()
         if mechanisms is None:
             raise ValueError("--model auto chooses on a pipeline's val split: name a model here")
         llvm = engine.default_table(blocks)

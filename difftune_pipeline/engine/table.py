@@ -254,6 +254,7 @@ class _Globals(BaseModel):
     store_forward_fail_penalty: _int("store_forward_fail_penalty") | None = None
     stack_sync_uops: _int("stack_sync_uops") | None = None
     moves_eliminated: _int("moves_eliminated") | None = None
+    zero_shift_penalty: _int("zero_shift_penalty") | None = None
 
 
 class _Model(BaseModel):

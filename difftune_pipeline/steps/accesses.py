@@ -19,7 +19,7 @@ CHUNK = 500  # blocks per transaction
 
 def record_accesses(ctx: StepContext) -> dict:
     """Emulates the µarch's measured blocks not yet recorded under the harness model."""
-    name = ctx.settings.harness
+    name = ctx.harness
     blocks = {b: block for split in SPLITS for b, block in ctx.blocks(split, attach=False)[1].items()}
     done = ingestion.harness_recorded(ctx.db, name)
     todo = sorted(b for b in blocks if b not in done)

@@ -78,11 +78,19 @@ class StepContext:
         return self._views[split, attach]
 
     def _may_use_memory(self) -> bool:
-        wanted = extended.parse(self.settings.model)
+        wanted = extended.parse(self.settings.model, self.uarch)
         return extended.supported(self.uarch) and (wanted is None or "memory" in wanted)
 
+    @property
+    def harness(self) -> str:
+        """The harness model of the µarch's measurements: the ``harness`` setting,
+        or with ``auto`` the one of the tool that measured it (extended.harness_for)."""
+        if self.settings.harness == "auto":
+            return extended.harness_for(self.uarch)
+        return self.settings.harness
+
     def _with_accesses(self, blocks: dict) -> dict:
-        name = self.settings.harness
+        name = self.harness
         status = ingestion.harness_status(self.db, name, list(blocks))
         rows: dict[str, list] = collections.defaultdict(list)
         for b, it, i, a, n, st in ingestion.harness_accesses(self.db, name, list(blocks)).iter_rows():
@@ -96,11 +104,11 @@ class StepContext:
         table scores better on val than llvm-mca's: ``default_params`` decides
         (``decide``), and the steps after it read its choice from the warehouse."""
         if "model" not in self._views:
-            name = self.settings.harness
-            wanted = extended.parse(self.settings.model)
+            name = self.harness
+            wanted = extended.parse(self.settings.model, self.uarch)
             stored = None if decide or wanted is not None else tables.latest_default_model(self.db, self.uarch)
             if not extended.supported(self.uarch):
-                chosen = (), f"llvm-mca: the extended model has no front-end rules for {self.uarch}"
+                chosen = (), f"llvm-mca: the extended model has no rules for {self.uarch}"
             elif wanted is not None:
                 chosen = wanted, f"the model setting ({self.settings.model})"
             elif stored is not None:
@@ -109,9 +117,9 @@ class StepContext:
                 llvm = self.llvm_default()
                 plain, ext = (
                     self.score(llvm, "val")[0],
-                    self.score(llvm.with_model(extended.EXTENDED, name), "val")[0],
+                    self.score(llvm.with_model(extended.for_cpu(self.uarch), name), "val")[0],
                 )
-                pick = extended.EXTENDED if ext < plain else ()
+                pick = extended.for_cpu(self.uarch) if ext < plain else ()
                 chosen = pick, f"auto: val MAPE of the default tables, llvm-mca {plain:.4f}, extended {ext:.4f}"
             self._views["model"] = (chosen[0], name, chosen[1])
         return self._views["model"]

@@ -73,9 +73,7 @@ def evaluate(ctx: StepContext, table_ids: list[str]) -> pl.DataFrame:
 def _store_load(ctx: StepContext) -> pl.DataFrame:
     """``mem:store_load``: blocks in which a load reads bytes an earlier store
     wrote, at the addresses the harness model recorded."""
-    return ingestion.aliasing_blocks(ctx.db, ctx.settings.harness).select(
-        "block_id", pl.lit("mem:store_load").alias("slice")
-    )
+    return ingestion.aliasing_blocks(ctx.db, ctx.harness).select("block_id", pl.lit("mem:store_load").alias("slice"))
 
 
 def _x87_assists(frame: pl.DataFrame) -> pl.DataFrame:
@@ -125,7 +123,7 @@ def evaluate_latest(ctx: StepContext) -> dict:
     predicted, comparison = three_tables(ctx.db, ctx.uarch, compared, evaluations, measure)
     worse = worse_share(predicted, "default", "learned")
     learned = tables.load_table(ctx.db, learned_id)
-    model = "extended" if set(default.mechanisms) == set(extended.EXTENDED) else default.model
+    model = "extended" if set(default.mechanisms) == set(extended.for_cpu(default.mcpu)) else default.model
     key = fingerprint(compared, ingestion.measurement_totals(ctx.db, ctx.uarch), CODE_VERSIONS["evaluation"])
     figures = load_figures(ctx.db, ctx.uarch, key)
     reused = figures is not None

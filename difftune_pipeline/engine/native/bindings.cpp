@@ -54,6 +54,7 @@ dt::Globals globalsFromDict(nb::dict G) {
   Gl.memory = flag("memory");
   Gl.stack_engine = flag("stack_engine");
   Gl.move_elimination = flag("move_elimination");
+  Gl.zero_shift = flag("zero_shift");
   auto get = [&](const char *K, int &V) {
     if (!G.contains(K)) throw dt::InvalidTable(std::string("globals: ") + K + " is missing");
     V = nb::cast<int>(G[K]);
@@ -73,6 +74,7 @@ dt::Globals globalsFromDict(nb::dict G) {
   }
   if (Gl.stack_engine) get("stack_sync_uops", Gl.stack_sync_uops);
   if (Gl.move_elimination) get("moves_eliminated", Gl.moves_eliminated);
+  if (Gl.zero_shift) get("zero_shift_penalty", Gl.zero_shift_penalty);
   return Gl;
 }
 
@@ -102,6 +104,7 @@ NB_MODULE(_engine, m) {
   Limits["store_forward_fail_penalty"] = nb::make_tuple(L::kMemoryLatencyMin, L::kMemoryLatencyMax);
   Limits["stack_sync_uops"] = nb::make_tuple(L::kStackSyncUopsMin, L::kStackSyncUopsMax);
   Limits["moves_eliminated"] = nb::make_tuple(L::kMovesEliminatedMin, L::kMovesEliminatedMax);
+  Limits["zero_shift_penalty"] = nb::make_tuple(L::kZeroShiftPenaltyMin, L::kZeroShiftPenaltyMax);
   m.attr("LIMITS") = Limits;
   m.def("known_cpus", &dt::knownCpus, "x86 CPUs whose LLVM model has per-instruction scheduling data");
 

@@ -52,6 +52,29 @@ std::string widest(const MCRegisterInfo &MRI, MCRegister R) {
   return MRI.getName(Top);
 }
 
+
+// Parsed text has no bytes: encode each instruction (a symbol's fixup leaves its
+// field zero, which does not change the length).
+void encode(const EngineImpl &E, MCContext &Ctx, BlockImpl &B) {
+  std::unique_ptr<MCCodeEmitter> CE(E.TheTarget->createMCCodeEmitter(*E.MCII, Ctx));
+  static const char *Digits = "0123456789abcdef";
+  for (const MCInst &MI : B.Insts) {
+    SmallVector<char, 16> Bytes;
+    SmallVector<MCFixup, 2> Fixups;
+#if LLVM_VERSION_MAJOR >= 17
+    CE->encodeInstruction(MI, Bytes, Fixups, *E.STI);
+#else
+    raw_svector_ostream OS(Bytes);
+    CE->encodeInstruction(MI, OS, Fixups, *E.STI);
+#endif
+    std::string Hex;
+    for (char C : Bytes) Hex += {Digits[(uint8_t)C >> 4], Digits[(uint8_t)C & 15]};
+    B.Encoding.push_back(std::move(Hex));
+  }
+}
+
+}  // namespace
+
 InstrOperands instrOperands(const EngineImpl &E, const MCInst &MI) {
   InstrOperands O;
   const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
@@ -92,28 +115,6 @@ InstrOperands instrOperands(const EngineImpl &E, const MCInst &MI) {
   }
   return O;
 }
-
-// Parsed text has no bytes: encode each instruction (a symbol's fixup leaves its
-// field zero, which does not change the length).
-void encode(const EngineImpl &E, MCContext &Ctx, BlockImpl &B) {
-  std::unique_ptr<MCCodeEmitter> CE(E.TheTarget->createMCCodeEmitter(*E.MCII, Ctx));
-  static const char *Digits = "0123456789abcdef";
-  for (const MCInst &MI : B.Insts) {
-    SmallVector<char, 16> Bytes;
-    SmallVector<MCFixup, 2> Fixups;
-#if LLVM_VERSION_MAJOR >= 17
-    CE->encodeInstruction(MI, Bytes, Fixups, *E.STI);
-#else
-    raw_svector_ostream OS(Bytes);
-    CE->encodeInstruction(MI, OS, Fixups, *E.STI);
-#endif
-    std::string Hex;
-    for (char C : Bytes) Hex += {Digits[(uint8_t)C >> 4], Digits[(uint8_t)C & 15]};
-    B.Encoding.push_back(std::move(Hex));
-  }
-}
-
-}  // namespace
 
 std::string EngineImpl::printInst(const MCInst &MI) {
   std::string S;

@@ -87,6 +87,7 @@ EngineImpl::Family familyOf(const std::string &Mcpu) {
     if (Mcpu == C) return EngineImpl::Family::SandyBridge;
   for (const char *C : {"haswell", "core-avx2", "broadwell", "skylake", "skylake-avx512", "cascadelake"})
     if (Mcpu == C) return EngineImpl::Family::Haswell;
+  if (Mcpu == "znver1") return EngineImpl::Family::Zen;
   return EngineImpl::Family::None;
 }
 

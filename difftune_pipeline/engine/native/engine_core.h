@@ -39,7 +39,7 @@ struct Globals {
   int micro_op_buffer_size = 0;
   // The extended model's mechanisms (all off: llvm-mca's own pipeline). A
   // mechanism's parameters are read only when it is on.
-  bool front_end = false, memory = false, stack_engine = false, move_elimination = false;
+  bool front_end = false, memory = false, stack_engine = false, move_elimination = false, zero_shift = false;
   int predecode_bytes = 0;       // instruction bytes predecoded per cycle
   int decoders = 0;              // instructions decoded per cycle
   int simple_decoder_uops = 0;   // fused µops a decoder other than the first can emit
@@ -51,6 +51,8 @@ struct Globals {
   int store_forward_fail_penalty = 0;  // cycles after a store retires before a load it cannot forward to may issue
   int stack_sync_uops = 0;       // µops syncing RSP before an explicit use: issue slots, 1 cycle each on RSP
   int moves_eliminated = 0;      // register moves renamed away per cycle
+  int zero_shift_penalty = 0;    // cycles of the assist before a flags read after a zero-count shift (Zen+)
+  bool any() const { return front_end || memory || stack_engine || move_elimination || zero_shift; }
 };
 
 // One memory access of one instruction in one iteration of a block (what a
@@ -209,6 +211,7 @@ struct Limits {
   static constexpr int kMemoryLatencyMin = 0, kMemoryLatencyMax = 100;
   static constexpr int kStackSyncUopsMin = 0, kStackSyncUopsMax = 16;
   static constexpr int kMovesEliminatedMin = 1, kMovesEliminatedMax = 16;
+  static constexpr int kZeroShiftPenaltyMin = 0, kZeroShiftPenaltyMax = 1000;
 };
 
 // The x86 CPUs whose LLVM model has per-instruction scheduling data (the ones an Engine accepts).

@@ -117,8 +117,9 @@ struct EngineImpl {
     return A != B && (N & ResMask[B]) == N;
   }
   std::string printInst(const llvm::MCInst &MI);  // one line, leading blanks dropped
-  // The Intel core generation whose front-end rules apply to this CPU (extended model).
-  enum class Family { None, SandyBridge, Haswell };
+  // The core generation whose rules apply to this CPU (extended model): Intel's
+  // front end, or AMD Zen+ (no front-end rules; its zero-count shift).
+  enum class Family { None, SandyBridge, Haswell, Zen };
   Family Gen = Family::None;
   llvm::MCRegister RSP;  // the stack pointer (the stack engine's register)
 };
@@ -129,6 +130,9 @@ struct MemoryMap {
   std::vector<Access> All;  // as given, sorted by (iteration, instruction)
   std::vector<std::vector<std::vector<Access>>> ByInstr;  // [instruction][iteration] -> accesses
 };
+
+// The registers an instruction reads and writes (widened), as Block.operands gives them.
+InstrOperands instrOperands(const EngineImpl &E, const llvm::MCInst &MI);
 
 struct BlockImpl {
   std::shared_ptr<const EngineImpl> Engine;

@@ -200,7 +200,29 @@ Error FrontEndStage::cycleStart() {
     predecode();
     decode();
   }
+  assist();
   return ErrorSuccess();
+}
+
+bool FrontEndStage::olderRetired(const mca::InstRef &IR) const {
+  for (size_t K = NumRetired; FirstOwned + K < IR.getSourceIndex(); ++K)
+    if (!Owned[K]->isRetired()) return false;
+  return true;
+}
+
+// An instruction that needs an assist issues only once every older instruction
+// has retired and AssistPenalty cycles more have passed (a microcode assist).
+void FrontEndStage::assist() {
+  if (Queue.empty() || !facts(Queue.front()).Assist || AssistOver) return;
+  if (!AssistStarted) {
+    if (!olderRetired(Queue.front())) return;
+    AssistStarted = true;
+    AssistLeft = P.AssistPenalty;
+  }
+  if (AssistLeft)
+    --AssistLeft;
+  else
+    AssistOver = true;
 }
 
 // Fused µops leave the queue in order, IssueWidth per cycle (one wider than that
@@ -208,6 +230,7 @@ Error FrontEndStage::cycleStart() {
 bool FrontEndStage::isAvailable(const mca::InstRef &) const {
   if (Queue.empty()) return false;
   const mca::InstRef &IR = Queue.front();
+  if (facts(IR).Assist && !AssistOver) return false;
   if (IssuedThisCycle && IssuedThisCycle + cost(IR) > P.IssueWidth) return false;
   return checkNextStage(IR);
 }
@@ -215,6 +238,7 @@ bool FrontEndStage::isAvailable(const mca::InstRef &) const {
 Error FrontEndStage::execute(mca::InstRef &) {
   mca::InstRef IR = Queue.front();
   Queue.pop_front();
+  if (facts(IR).Assist) AssistStarted = AssistOver = false;
   QueueUops -= cost(IR);
   IssuedThisCycle += cost(IR);
   return moveToTheNextStage(IR);

@@ -22,11 +22,13 @@ struct FrontEndInstr {
   bool FusesWithNext = false;  // first half of a macro-fused pair: decoded with the next one
   bool LengthChanging = false; // a length-changing prefix: 66h with a 16-bit immediate (the predecoder stalls)
   unsigned SyncUops = 0;       // stack-engine sync µops issued just before it
+  bool Assist = false;         // reads flags a zero-count shift left (zero_shift.h): waits for an assist
 };
 
 struct FrontEndParams {
   unsigned PredecodeBytes, Decoders, SimpleDecoderUops, QueueSize, IssueWidth, LcpPenalty;
   bool Modelled = true;  // false: only issue (the stack engine's sync µops), in the cycle an instruction is fetched
+  unsigned AssistPenalty = 0;  // cycles an assisted instruction waits once every older one has retired
 };
 
 class MemoryUnit;
@@ -64,6 +66,8 @@ class FrontEndStage final : public llvm::mca::Stage {
   unsigned QueueUops = 0;    // fused µops in Queue
   unsigned DecodeBusy = 0;   // cycles the decoders still spend on a microcoded instruction
   unsigned IssuedThisCycle = 0;
+  unsigned AssistLeft = 0;   // cycles the assist of the instruction at the queue's head still takes
+  bool AssistStarted = false, AssistOver = false;
 
   const FrontEndInstr &facts(const llvm::mca::InstRef &IR) const {
     return Facts[IR.getSourceIndex() % Facts.size()];
@@ -71,6 +75,8 @@ class FrontEndStage final : public llvm::mca::Stage {
   unsigned cost(const llvm::mca::InstRef &IR) const { return facts(IR).Fused + facts(IR).SyncUops; }
   void predecode();
   void decode();
+  bool olderRetired(const llvm::mca::InstRef &IR) const;
+  void assist();
 
  public:
   FrontEndStage(llvm::mca::SourceMgr &SM, std::vector<FrontEndInstr> Facts, FrontEndParams P,

@@ -7,6 +7,7 @@
 #include "monitor_stage.h"
 #include "stack_engine.h"
 #include "trace_listener.h"
+#include "zero_shift.h"
 
 #include "llvm/MCA/Context.h"
 #include "llvm/MCA/CustomBehaviour.h"
@@ -118,11 +119,12 @@ std::unique_ptr<mca::Pipeline> extendedPipeline(mca::Context &Ctx, const MCSubta
   // Without the front-end mechanism the front end only issues (stack sync µops
   // included) at the dispatch width, holding at most a dispatch group.
   constexpr unsigned Unlimited = 1u << 20;
-  const FrontEndParams P =
+  FrontEndParams P =
       G.front_end ? FrontEndParams{(unsigned)G.predecode_bytes, (unsigned)G.decoders,
                                    (unsigned)G.simple_decoder_uops, (unsigned)G.uop_queue_size,
                                    (unsigned)G.issue_width, (unsigned)G.lcp_penalty, true}
                   : FrontEndParams{Unlimited, Unlimited, Unlimited, SM.IssueWidth, SM.IssueWidth, 0, false};
+  P.AssistPenalty = G.zero_shift ? (unsigned)G.zero_shift_penalty : 0;
   auto P0 = std::make_unique<mca::Pipeline>();
   P0->appendStage(std::make_unique<FrontEndStage>(S, std::move(Facts), P, Memory));
   P0->appendStage(std::make_unique<mca::DispatchStage>(STI, MRI, 0, *RCU, *PRF));
@@ -150,7 +152,7 @@ Simulated simulateOne(const EngineImpl &E, const BlockImpl &B, const TableImpl &
   SmallVector<std::unique_ptr<mca::Instruction>> Lowered;
   if (std::string Why = L.lower(B, Lowered); !Why.empty()) return {-1, NAN, Why};
   const Globals &G = T.G;
-  const bool Extended = G.front_end || G.memory || G.stack_engine || G.move_elimination;
+  const bool Extended = G.any();
   std::vector<FrontEndInstr> Facts;
   std::vector<std::unique_ptr<mca::WriteDescriptor>> SyncedWrites;  // outlive the pipeline below
   if (Extended) {
@@ -160,6 +162,10 @@ Simulated simulateOne(const EngineImpl &E, const BlockImpl &B, const TableImpl &
     if (G.move_elimination) markEliminableMoves(E, B, Lowered);
     for (size_t I = 0; I < Sync.size(); ++I)
       if (Sync[I]) Facts[I].SyncUops = G.stack_sync_uops;
+    if (G.zero_shift) {
+      const std::vector<bool> Assist = zeroShiftAssists(E, B, B.Memory && B.Memory->Exact);
+      for (size_t I = 0; I < Assist.size(); ++I) Facts[I].Assist = Assist[I];
+    }
     // A macro-fused jcc executes as part of the µop before it: it takes no port.
     for (size_t I = 1; I < Facts.size(); ++I)
       if (Facts[I - 1].FusesWithNext) Lowered[I]->setEliminated();

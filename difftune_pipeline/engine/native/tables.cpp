@@ -47,9 +47,14 @@ void applyGlobals(const EngineImpl &E, const Globals &G, const Globals &Default,
   if (G.micro_op_buffer_size != Default.micro_op_buffer_size)
     checkRange("globals", "micro_op_buffer_size", G.micro_op_buffer_size,
                Limits::kMicroOpBufferMin, Limits::kMicroOpBufferMax);
-  if ((G.front_end || G.memory || G.stack_engine || G.move_elimination) && E.Gen == EngineImpl::Family::None)
-    invalid("globals", "the extended model has no front-end rules for " + E.Mcpu +
-                           " (Intel Sandy Bridge to Skylake only)");
+  if (G.any() && E.Gen == EngineImpl::Family::None)
+    invalid("globals", "the extended model has no rules for " + E.Mcpu +
+                           " (Intel Sandy Bridge to Skylake, AMD Zen+)");
+  if ((G.front_end || G.move_elimination) && E.Gen == EngineImpl::Family::Zen)
+    invalid("globals", std::string(G.front_end ? "front_end" : "move_elimination") +
+                           " follows Intel's rules: not a mechanism of " + E.Mcpu);
+  if (G.zero_shift && E.Gen != EngineImpl::Family::Zen)
+    invalid("globals", "zero_shift is AMD Zen+'s: not a mechanism of " + E.Mcpu);
   if (G.front_end) {
     checkRange("globals", "predecode_bytes", G.predecode_bytes, Limits::kPredecodeBytesMin,
                Limits::kPredecodeBytesMax);
@@ -73,6 +78,9 @@ void applyGlobals(const EngineImpl &E, const Globals &G, const Globals &Default,
   if (G.stack_engine)
     checkRange("globals", "stack_sync_uops", G.stack_sync_uops, Limits::kStackSyncUopsMin,
                Limits::kStackSyncUopsMax);
+  if (G.zero_shift)
+    checkRange("globals", "zero_shift_penalty", G.zero_shift_penalty, Limits::kZeroShiftPenaltyMin,
+               Limits::kZeroShiftPenaltyMax);
   if (G.move_elimination)
     checkRange("globals", "moves_eliminated", G.moves_eliminated, Limits::kMovesEliminatedMin,
                Limits::kMovesEliminatedMax);

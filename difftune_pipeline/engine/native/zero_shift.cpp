@@ -1,0 +1,58 @@
+#include "zero_shift.h"
+
+#include <regex>
+
+using namespace llvm;
+
+namespace dt {
+namespace {
+
+// SHL/SHR/SAR/ROL/ROR by an immediate or CL, and SHLD/SHRD by an immediate or CL,
+// on a register or memory: the name's width and the count's kind.
+struct Shift {
+  bool Is = false, ByCl = false;
+  unsigned Width = 0;
+};
+
+Shift shiftOf(const EngineImpl &E, const MCInst &MI) {
+  static const std::regex Name("(?:SHL|SHR|SAR|ROL|ROR|SHLD|SHRD)(8|16|32|64)(ri|mi|rri8|mri8|rCL|mCL|rrCL|mrCL)");
+  std::smatch M;
+  const std::string Op = E.MCII->getName(MI.getOpcode()).str();
+  if (!std::regex_match(Op, M, Name)) return {};
+  return {true, StringRef(M[2].str()).ends_with("CL"), (unsigned)std::stoi(M[1].str())};
+}
+
+bool zeroCount(const EngineImpl &E, const MCInst &MI, bool ClZero) {
+  const Shift S = shiftOf(E, MI);
+  if (!S.Is) return false;
+  if (S.ByCl) return ClZero;
+  const MCOperand &Count = MI.getOperand(MI.getNumOperands() - 1);
+  return Count.isImm() && (Count.getImm() & (S.Width == 64 ? 63 : 31)) == 0;
+}
+
+}  // namespace
+
+std::vector<bool> zeroShiftAssists(const EngineImpl &E, const BlockImpl &B, bool ClZero) {
+  const size_t N = B.Insts.size();
+  std::vector<bool> ReadsFlags(N), WritesFlags(N), Zero(N), Out(N);
+  for (size_t I = 0; I < N; ++I) {
+    const InstrOperands O = instrOperands(E, B.Insts[I]);
+    ReadsFlags[I] = std::count(O.reads.begin(), O.reads.end(), "EFLAGS") > 0;
+    WritesFlags[I] = std::count(O.writes.begin(), O.writes.end(), "EFLAGS") > 0;
+    ClZero = ClZero && std::count(O.writes.begin(), O.writes.end(), "RCX") == 0;
+  }
+  for (size_t I = 0; I < N; ++I) Zero[I] = WritesFlags[I] && zeroCount(E, B.Insts[I], ClZero);
+  for (size_t I = 0; I < N; ++I) {
+    if (!ReadsFlags[I]) continue;
+    for (size_t Back = 1; Back <= N; ++Back) {  // the last flags writer, around the loop
+      const size_t J = (I + N - Back) % N;
+      if (WritesFlags[J]) {
+        Out[I] = Zero[J];
+        break;
+      }
+    }
+  }
+  return Out;
+}
+
+}  // namespace dt
