@@ -1,7 +1,7 @@
 """Ablation of the extended model on a tuned warehouse, scored on test.
 
 Adding: from each µarch's learned llvm-mca table, each mechanism alone, the
-extended model's three and all four, re-tuned by the direct search through the
+extended model's set, and it with move elimination, re-tuned by the direct search through the
 real engine on the train split. Removing (``--extended``): from the µarch's newest table the pipeline
 learned under the extended model, that table as it is, and each mechanism
 turned off in turn, re-tuned the same way, and that table with no stall on a
@@ -31,7 +31,7 @@ import polars as pl
 
 from difftune_pipeline import harness
 from difftune_pipeline.engine import Engine, ParamTable
-from difftune_pipeline.engine.extended import EXTENDED, MECHANISMS
+from difftune_pipeline.engine.extended import EXTENDED
 from difftune_pipeline.model.metrics import kendall_tau, mape, signed_error
 from difftune_pipeline.tuners.search import SearchConfig, search
 from difftune_pipeline.warehouse import connection, evaluation, ingestion, tables
@@ -43,8 +43,9 @@ CONFIGS = {
     "+ memory": ("memory",),
     "+ stack engine": ("stack_engine",),
     "+ move elimination": ("move_elimination",),
-    "extended (front end, memory, stack engine)": EXTENDED,
-    "all four": MECHANISMS,
+    "+ locked": ("locked",),
+    "extended (front end, memory, stack engine, locked)": EXTENDED,
+    "extended + move elimination": (*EXTENDED, "move_elimination"),
 }
 
 

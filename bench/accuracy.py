@@ -1,7 +1,8 @@
 """Every table a warehouse learned, side by side on its test split through the real
 engine: llvm-mca as shipped, LLVM's values under the chosen model, and each learned
 table (the measure it was tuned on, and, for a pruned one, the table the tuners
-left before pruning, rebuilt from its history). Per table: MAPE and Kendall τ of
+left before pruning, rebuilt from its history, and the table without each new
+stall: the length-changing prefix, Zen+'s zero-count shift). Per table: MAPE and Kendall τ of
 the steady state (what BHive measures) and the MAPE of llvm-mca's Total Cycles, the
 share of test blocks predicted more than 20 points worse than the default, and
 val MAPE (what selection saw).
@@ -46,6 +47,20 @@ def before_pruning(table: ParamTable, note: dict) -> ParamTable | None:
         else:
             globals_[key] = value
     return ParamTable(table.mcpu, table.llvm_version, globals_, rows, table.mechanisms, table.harness)
+
+
+def without_new_mechanisms(table: ParamTable) -> list[tuple[str, ParamTable]]:
+    """The table without each stall this round added, not re-tuned: the
+    length-changing prefix (``lcp_penalty`` 0) and Zen+'s zero-count shift."""
+    out = []
+    if "front_end" in table.mechanisms:
+        globals_ = {**table.globals, "lcp_penalty": 0}
+        out.append(("no LCP stall", ParamTable(table.mcpu, table.llvm_version, globals_, table.rows,
+                                               table.mechanisms, table.harness)))  # fmt: skip
+    if "zero_shift" in table.mechanisms:
+        rest = tuple(m for m in table.mechanisms if m != "zero_shift")
+        out.append(("no zero-count shift assist", table.with_model(rest, table.harness)))
+    return out
 
 
 def scored(engine: Engine, table: ParamTable, blocks: list, truth: np.ndarray, base: dict | None) -> dict:
@@ -126,6 +141,7 @@ def main() -> None:
                 rows.append((f"{label}, before pruning", unpruned))
                 label += ", pruned"
             rows.append((f"{label} ({table_id[-12:]})", table))
+            rows += [(f"{label}, {what}", t) for what, t in without_new_mechanisms(table)]
         print(f"{db}: {', '.join(f'{s} {len(data[s][0])} blocks' for s in data)}")
         for label, table in rows:
             val = scored(engine, table, *data["val"], None)["mape"]

@@ -199,6 +199,26 @@ def test_sync_uops_sit_in_the_rsp_chain(haswell, base):
     assert cycles(haswell, epilogue, model(base, ("stack_engine",), stack_sync_uops=0)) <= 1.1 * ITER
 
 
+def test_a_locked_instruction_waits_for_older_ones_to_retire(haswell, base):
+    """BHive measures a lone `lock addl $1, (%rsi)` at 19.0 cycles an iteration on
+    Haswell; llvm-mca runs it as a plain read-modify-write."""
+    locked = model(base, ("locked",))
+    # LLVM disassembles the prefix as an instruction of its own; parsed text keeps it a flag.
+    from_hex = haswell.disassemble("f0830601")
+    assert from_hex.opcodes == ["LOCK_PREFIX", "ADD32mi8"]
+    for block in (from_hex, haswell.parse_asm("lock addl $1, (%rsi)")):
+        plain, drained = (haswell.simulate([block], t).predicted("steady")[0] for t in (base, locked))
+        assert plain < 300 and 1700 <= drained <= 2100
+        assert haswell.simulate([block], model(base, ("locked",), lock_penalty=18)).predicted("steady")[0] == (
+            drained + 1000
+        )
+    assert [lk for _, lk in haswell.parse_asm("xchgq %rax, (%rbx)\nxchgq %rax, %rbx\naddl $1, (%rsi)").serialising] == [
+        True,
+        False,
+        False,
+    ]
+
+
 def test_move_elimination(haswell, base):
     """A chain of register moves costs a cycle a move in llvm-mca's model; renamed
     away it costs nothing but issue slots, and a limit of one a cycle sits between."""
@@ -318,8 +338,8 @@ def test_engine_refuses_out_of_range_parameters_and_unsupported_cpus(haswell, ba
     [
         ("auto", None),
         ("llvm-mca", ()),
-        ("extended", ("front_end", "memory", "stack_engine")),
-        ("extended+move_elimination", ("front_end", "memory", "stack_engine", "move_elimination")),
+        ("extended", ("front_end", "memory", "stack_engine", "locked")),
+        ("extended+move_elimination", ("front_end", "memory", "stack_engine", "move_elimination", "locked")),
         ("llvm-mca+stack_engine+front_end", ("front_end", "stack_engine")),
     ],
 )
@@ -328,7 +348,7 @@ def test_model_names(name, mechanisms):
 
 
 def test_extended_is_each_generations_own():
-    assert extended.parse("extended", "haswell") == ("front_end", "memory", "stack_engine")
+    assert extended.parse("extended", "haswell") == ("front_end", "memory", "stack_engine", "locked")
     assert extended.parse("extended", "znver1") == ("memory", "stack_engine", "zero_shift")
     assert extended.parse("extended", "btver2") == ()
     assert extended.harness_for("znver1") == "nanobench" and extended.harness_for("skylake") == "bhive"

@@ -6,10 +6,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from difftune_pipeline import harness
 from difftune_pipeline.engine import Engine, ParamTable, extended
+from difftune_pipeline.engine.table import GLOBALS
+from difftune_pipeline.model.features import containment
 from difftune_pipeline.model.metrics import mape
+from difftune_pipeline.model.params import READ_ADVANCE_SLOTS
+from difftune_pipeline.surrogates.structured import StructuredBlocks, bounds, n_bounds
 
 ANICA = Path(__file__).parent / "data" / "anica_zenplus_60.csv"
 
@@ -93,3 +98,27 @@ def test_anica_measurements_predicted_better_than_by_llvm_mca(zen, ext):
     model = zen.simulate(blocks, ext).predicted("steady")
     assert mape(model[slow], truth[slow]) < 0.2 < 0.9 < mape(llvm[slow], truth[slow])
     assert mape(model[~slow], truth[~slow]) <= mape(llvm[~slow], truth[~slow])
+
+
+def test_the_structured_surrogate_bounds_a_drained_block(zen, ext):
+    """Its drain bound: the assist's cycles per waiting instruction, plus the
+    iteration's critical path once a block drains at all; none without a wait."""
+    blocks = [
+        harness.accesses(b, "nanobench").attach(b)
+        for b in (
+            zen.parse_asm("shll $0, %r8d\ncmovgel %edx, %ecx"),
+            zen.parse_asm("shll $3, %r8d\ncmovgel %edx, %ecx"),
+        )
+    ]
+    assert [list(b.serialising) for b in blocks] == [[(False, False), (True, False)], [(False, False)] * 2]
+    keys = sorted({k for b in blocks for k in b.row_keys})
+    inputs = StructuredBlocks.build(blocks, {k: i for i, k in enumerate(keys)}, memory=True, stack_engine=True)
+    batch = inputs.select(torch.tensor([0, 1]))
+    contain = torch.tensor(containment(zen.resources()), dtype=torch.float32)
+    params = torch.zeros(2, 2, 2 + READ_ADVANCE_SLOTS + contain.shape[0])
+    params[..., 0] = params[..., 1] = 1.0  # latency 1, one µop
+    names = (*GLOBALS, *extended.parameters(ext.mechanisms))
+    globals_ = torch.tensor([[float(ext.globals[n]) for n in names]] * 2)
+    b = bounds(params, globals_, batch, contain, names)
+    assert b.shape == (2, n_bounds(names)) == (2, 5)
+    assert b[0, 3].item() == pytest.approx(23 + b[0, -1].item()) and b[1, 3].item() == 0

@@ -255,6 +255,7 @@ class _Globals(BaseModel):
     stack_sync_uops: _int("stack_sync_uops") | None = None
     moves_eliminated: _int("moves_eliminated") | None = None
     zero_shift_penalty: _int("zero_shift_penalty") | None = None
+    lock_penalty: _int("lock_penalty") | None = None
 
 
 class _Model(BaseModel):

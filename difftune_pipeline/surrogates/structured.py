@@ -14,6 +14,9 @@ Per iteration a block needs at least
 - under the extended model's front end: its bytes over the predecode width,
   its decoded instructions (a macro-fused pair counts once) over the decoders,
   its fused µops (µops less what micro-fusion saves) over the issue width.
+- under a mechanism that drains the pipeline (Zen+'s zero-count shift, Intel's
+  locked instructions): per draining instruction its cycles after the drain,
+  plus, once a block drains at all, the critical path of an iteration.
 The prediction for 100 iterations is ``100 · max(bounds) + critical path``,
 times ``exp(g)`` where ``g`` is a small MLP over the bounds and the block's
 hardware features (counts of instructions, µops, loads, stores, registers,
@@ -45,6 +48,7 @@ from difftune_pipeline.model.sampling import PairBatch, PairFile, Pairs, Split
 from difftune_pipeline.surrogates.base import FitConfig, Surrogate, moved
 
 STATIC = ["n_insts", "loads", "stores", "regs_read", "regs_written", "memory_deps"]
+DRAINS = ("zero_shift_penalty", "lock_penalty")  # the globals of Batch.drains' two columns
 
 
 @dataclass
@@ -69,6 +73,7 @@ class Batch:
     micro: torch.Tensor  # [B, N]
     macro: torch.Tensor  # [B, N] 1.0 where a jcc is fused into the instruction before it
     front: torch.Tensor  # [B, 2] bytes, decoded instructions
+    drains: torch.Tensor  # [B, 2] instructions waiting for a zero-count shift's assist, locked ones
 
 
 @dataclass
@@ -82,6 +87,7 @@ class StructuredBlocks:
     micro: list[torch.Tensor]
     macro: list[torch.Tensor]
     front: torch.Tensor
+    drains: torch.Tensor
 
     @classmethod
     def build(
@@ -89,7 +95,7 @@ class StructuredBlocks:
     ) -> StructuredBlocks:
         """``memory``: store→load edges come from each block's recorded accesses,
         timed; ``stack_engine``: no chain through RSP from push and pop (the engine's stack operations)."""
-        rows, edges, static, micro, macro, front = [], [], [], [], [], []
+        rows, edges, static, micro, macro, front, drains = [], [], [], [], [], [], []
         for block in blocks:
             ops = without_stack_updates(block.operands) if stack_engine else block.operands
             rows.append(torch.tensor([row_index.get(k, len(row_index)) for k in block.row_keys], dtype=torch.long))
@@ -101,6 +107,8 @@ class StructuredBlocks:
             micro.append(torch.tensor([m for _, m, _ in fe], dtype=torch.float32))
             macro.append(torch.tensor([float(f) for _, _, f in fe], dtype=torch.float32))
             front.append([sum(b for b, _, _ in fe), len(fe) - sum(f for _, _, f in fe)])
+            serial = block.serialising
+            drains.append([sum(a for a, _ in serial), sum(lk for _, lk in serial)])
             static.append(
                 [
                     len(ops),
@@ -119,6 +127,7 @@ class StructuredBlocks:
             micro,
             macro,
             torch.tensor(front, dtype=torch.float32).reshape(-1, 2),
+            torch.tensor(drains, dtype=torch.float32).reshape(-1, 2),
         )
 
     def select(self, idx: torch.Tensor) -> Batch:
@@ -130,15 +139,15 @@ class StructuredBlocks:
             rows[b, : len(self.rows[i])] = self.rows[i]
             micro[b, : len(self.micro[i])] = self.micro[i]
             macro[b, : len(self.macro[i])] = self.macro[i]
-        return Batch(rows, graph, self.static[idx], micro, macro, self.front[idx])
+        return Batch(rows, graph, self.static[idx], micro, macro, self.front[idx], self.drains[idx])
 
 
 def bounds(
     params: torch.Tensor, globals_: torch.Tensor, batch: Batch, contain: torch.Tensor, names=GLOBALS
 ) -> torch.Tensor:
-    """[B, 4 or 5]: port pressure, dispatch, loop-carried recurrence (cycles per
-    iteration), the front end (with its mechanism: per iteration) and, last, the
-    critical path of one iteration. ``params`` [B, N, P] are raw parameter values
+    """[B, 4 to 6]: port pressure, dispatch, loop-carried recurrence (cycles per
+    iteration), the front end and the drains (with their mechanisms: per
+    iteration) and, last, the critical path of one iteration. ``params`` [B, N, P] are raw parameter values
     per instruction (columns of ``ParamSpace``); ``globals_`` [B, G] in ``names`` order."""
     lat, uops = params[..., 0], params[..., 1]
     adv = params[..., 2 : 2 + READ_ADVANCE_SLOTS].amax(-1)
@@ -168,7 +177,15 @@ def bounds(
                 1,
             ).amax(1)
         )
+    if DRAINS[0] in names or DRAINS[1] in names:
+        waits = batch.drains[:, 0] * optional(DRAINS[0]) + batch.drains[:, 1] * optional(DRAINS[1])
+        per_iteration.append(waits + (batch.drains.sum(1) > 0) * chain)
     return torch.stack([*per_iteration, chain], 1)
+
+
+def n_bounds(names) -> int:
+    """How many columns ``bounds`` gives under the globals ``names`` (the critical path included)."""
+    return 4 + ("issue_width" in names) + (DRAINS[0] in names or DRAINS[1] in names)
 
 
 class StructuredModel(nn.Module):
@@ -176,9 +193,8 @@ class StructuredModel(nn.Module):
         super().__init__()
         self.register_buffer("contain", torch.tensor(contain, dtype=torch.float32))
         self.names = tuple(names)
-        n_bounds = 4 + ("issue_width" in self.names)
         self.correction = nn.Sequential(
-            nn.Linear(n_bounds + len(STATIC) + len(self.names), hidden), nn.Tanh(), nn.Linear(hidden, 1)
+            nn.Linear(n_bounds(self.names) + len(STATIC) + len(self.names), hidden), nn.Tanh(), nn.Linear(hidden, 1)
         )
         nn.init.zeros_(self.correction[2].weight)
         nn.init.zeros_(self.correction[2].bias)

@@ -55,6 +55,7 @@ dt::Globals globalsFromDict(nb::dict G) {
   Gl.stack_engine = flag("stack_engine");
   Gl.move_elimination = flag("move_elimination");
   Gl.zero_shift = flag("zero_shift");
+  Gl.locked = flag("locked");
   auto get = [&](const char *K, int &V) {
     if (!G.contains(K)) throw dt::InvalidTable(std::string("globals: ") + K + " is missing");
     V = nb::cast<int>(G[K]);
@@ -75,6 +76,7 @@ dt::Globals globalsFromDict(nb::dict G) {
   if (Gl.stack_engine) get("stack_sync_uops", Gl.stack_sync_uops);
   if (Gl.move_elimination) get("moves_eliminated", Gl.moves_eliminated);
   if (Gl.zero_shift) get("zero_shift_penalty", Gl.zero_shift_penalty);
+  if (Gl.locked) get("lock_penalty", Gl.lock_penalty);
   return Gl;
 }
 
@@ -105,6 +107,7 @@ NB_MODULE(_engine, m) {
   Limits["stack_sync_uops"] = nb::make_tuple(L::kStackSyncUopsMin, L::kStackSyncUopsMax);
   Limits["moves_eliminated"] = nb::make_tuple(L::kMovesEliminatedMin, L::kMovesEliminatedMax);
   Limits["zero_shift_penalty"] = nb::make_tuple(L::kZeroShiftPenaltyMin, L::kZeroShiftPenaltyMax);
+  Limits["lock_penalty"] = nb::make_tuple(L::kLockPenaltyMin, L::kLockPenaltyMax);
   m.attr("LIMITS") = Limits;
   m.def("known_cpus", &dt::knownCpus, "x86 CPUs whose LLVM model has per-instruction scheduling data");
 
@@ -127,6 +130,7 @@ NB_MODULE(_engine, m) {
           "accesses"_a, "exact"_a)
       .def_prop_ro("exact_accesses", &dt::Block::exact_accesses)
       .def_prop_ro("front_end", &dt::Block::front_end)
+      .def_prop_ro("serialising", &dt::Block::serialising)
       .def_prop_ro("accesses",
                    [](const dt::Block &B) {
                      std::vector<std::tuple<int, int, uint64_t, int, bool>> Out;

@@ -2,6 +2,7 @@
 // instruction's printed text, parameter-row key and operands.
 #include "engine_impl.h"
 #include "front_end.h"
+#include "serialising.h"
 #include "stack_engine.h"
 
 #include "llvm/MC/MCCodeEmitter.h"
@@ -251,6 +252,15 @@ std::vector<std::tuple<int, int, bool>> Block::front_end() const {
   if (!ok()) return Out;
   for (const StaticFrontEnd &F : staticFrontEnd(*impl->Engine, *impl))
     Out.emplace_back(F.bytes, F.micro_fused, F.macro_fused);
+  return Out;
+}
+
+std::vector<std::tuple<bool, bool>> Block::serialising() const {
+  std::vector<std::tuple<bool, bool>> Out;
+  if (!ok()) return Out;
+  const std::vector<bool> Assist = zeroShiftAssists(*impl->Engine, *impl, exact_accesses());
+  const std::vector<bool> Locked = lockedInstructions(*impl->Engine, *impl);
+  for (size_t I = 0; I < Assist.size(); ++I) Out.emplace_back(Assist[I], Locked[I]);
   return Out;
 }
 

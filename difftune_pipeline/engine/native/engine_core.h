@@ -39,7 +39,8 @@ struct Globals {
   int micro_op_buffer_size = 0;
   // The extended model's mechanisms (all off: llvm-mca's own pipeline). A
   // mechanism's parameters are read only when it is on.
-  bool front_end = false, memory = false, stack_engine = false, move_elimination = false, zero_shift = false;
+  bool front_end = false, memory = false, stack_engine = false, move_elimination = false, zero_shift = false,
+       locked = false;
   int predecode_bytes = 0;       // instruction bytes predecoded per cycle
   int decoders = 0;              // instructions decoded per cycle
   int simple_decoder_uops = 0;   // fused µops a decoder other than the first can emit
@@ -52,7 +53,8 @@ struct Globals {
   int stack_sync_uops = 0;       // µops syncing RSP before an explicit use: issue slots, 1 cycle each on RSP
   int moves_eliminated = 0;      // register moves renamed away per cycle
   int zero_shift_penalty = 0;    // cycles of the assist before a flags read after a zero-count shift (Zen+)
-  bool any() const { return front_end || memory || stack_engine || move_elimination || zero_shift; }
+  int lock_penalty = 0;          // cycles a locked instruction waits once every older one has retired (Intel)
+  bool any() const { return front_end || memory || stack_engine || move_elimination || zero_shift || locked; }
 };
 
 // One memory access of one instruction in one iteration of a block (what a
@@ -111,6 +113,9 @@ struct Block {
   std::vector<Access> accesses() const;
   // Per instruction: (bytes, µops micro-fusion saves, macro-fused into the one before).
   std::vector<std::tuple<int, int, bool>> front_end() const;
+  // Per instruction: whether it waits for Zen+'s zero-count-shift assist (with
+  // CL known to be zero when exact accesses are attached), and whether it is locked.
+  std::vector<std::tuple<bool, bool>> serialising() const;
 };
 
 struct SimResult {
@@ -212,6 +217,7 @@ struct Limits {
   static constexpr int kStackSyncUopsMin = 0, kStackSyncUopsMax = 16;
   static constexpr int kMovesEliminatedMin = 1, kMovesEliminatedMax = 16;
   static constexpr int kZeroShiftPenaltyMin = 0, kZeroShiftPenaltyMax = 1000;
+  static constexpr int kLockPenaltyMin = 0, kLockPenaltyMax = 1000;
 };
 
 // The x86 CPUs whose LLVM model has per-instruction scheduling data (the ones an Engine accepts).

@@ -200,7 +200,7 @@ Error FrontEndStage::cycleStart() {
     predecode();
     decode();
   }
-  assist();
+  drain();
   return ErrorSuccess();
 }
 
@@ -210,19 +210,19 @@ bool FrontEndStage::olderRetired(const mca::InstRef &IR) const {
   return true;
 }
 
-// An instruction that needs an assist issues only once every older instruction
-// has retired and AssistPenalty cycles more have passed (a microcode assist).
-void FrontEndStage::assist() {
-  if (Queue.empty() || !facts(Queue.front()).Assist || AssistOver) return;
-  if (!AssistStarted) {
+// An instruction that drains the pipeline issues only once every older
+// instruction has retired and its DrainCycles more have passed.
+void FrontEndStage::drain() {
+  if (Queue.empty() || !facts(Queue.front()).Drain || DrainOver) return;
+  if (!DrainStarted) {
     if (!olderRetired(Queue.front())) return;
-    AssistStarted = true;
-    AssistLeft = P.AssistPenalty;
+    DrainStarted = true;
+    DrainLeft = facts(Queue.front()).DrainCycles;
   }
-  if (AssistLeft)
-    --AssistLeft;
+  if (DrainLeft)
+    --DrainLeft;
   else
-    AssistOver = true;
+    DrainOver = true;
 }
 
 // Fused µops leave the queue in order, IssueWidth per cycle (one wider than that
@@ -230,7 +230,7 @@ void FrontEndStage::assist() {
 bool FrontEndStage::isAvailable(const mca::InstRef &) const {
   if (Queue.empty()) return false;
   const mca::InstRef &IR = Queue.front();
-  if (facts(IR).Assist && !AssistOver) return false;
+  if (facts(IR).Drain && !DrainOver) return false;
   if (IssuedThisCycle && IssuedThisCycle + cost(IR) > P.IssueWidth) return false;
   return checkNextStage(IR);
 }
@@ -238,7 +238,7 @@ bool FrontEndStage::isAvailable(const mca::InstRef &) const {
 Error FrontEndStage::execute(mca::InstRef &) {
   mca::InstRef IR = Queue.front();
   Queue.pop_front();
-  if (facts(IR).Assist) AssistStarted = AssistOver = false;
+  if (facts(IR).Drain) DrainStarted = DrainOver = false;
   QueueUops -= cost(IR);
   IssuedThisCycle += cost(IR);
   return moveToTheNextStage(IR);

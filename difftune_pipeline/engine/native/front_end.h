@@ -22,13 +22,13 @@ struct FrontEndInstr {
   bool FusesWithNext = false;  // first half of a macro-fused pair: decoded with the next one
   bool LengthChanging = false; // a length-changing prefix: 66h with a 16-bit immediate (the predecoder stalls)
   unsigned SyncUops = 0;       // stack-engine sync µops issued just before it
-  bool Assist = false;         // reads flags a zero-count shift left (zero_shift.h): waits for an assist
+  bool Drain = false;          // issues once every older instruction has retired (serialising.h) ...
+  unsigned DrainCycles = 0;    // ... and this many cycles more
 };
 
 struct FrontEndParams {
   unsigned PredecodeBytes, Decoders, SimpleDecoderUops, QueueSize, IssueWidth, LcpPenalty;
   bool Modelled = true;  // false: only issue (the stack engine's sync µops), in the cycle an instruction is fetched
-  unsigned AssistPenalty = 0;  // cycles an assisted instruction waits once every older one has retired
 };
 
 class MemoryUnit;
@@ -66,8 +66,8 @@ class FrontEndStage final : public llvm::mca::Stage {
   unsigned QueueUops = 0;    // fused µops in Queue
   unsigned DecodeBusy = 0;   // cycles the decoders still spend on a microcoded instruction
   unsigned IssuedThisCycle = 0;
-  unsigned AssistLeft = 0;   // cycles the assist of the instruction at the queue's head still takes
-  bool AssistStarted = false, AssistOver = false;
+  unsigned DrainLeft = 0;    // cycles the instruction at the queue's head still waits after the drain
+  bool DrainStarted = false, DrainOver = false;
 
   const FrontEndInstr &facts(const llvm::mca::InstRef &IR) const {
     return Facts[IR.getSourceIndex() % Facts.size()];
@@ -76,7 +76,7 @@ class FrontEndStage final : public llvm::mca::Stage {
   void predecode();
   void decode();
   bool olderRetired(const llvm::mca::InstRef &IR) const;
-  void assist();
+  void drain();
 
  public:
   FrontEndStage(llvm::mca::SourceMgr &SM, std::vector<FrontEndInstr> Facts, FrontEndParams P,

@@ -5,9 +5,9 @@
 #include "memory_unit.h"
 #include "move_elimination.h"
 #include "monitor_stage.h"
+#include "serialising.h"
 #include "stack_engine.h"
 #include "trace_listener.h"
-#include "zero_shift.h"
 
 #include "llvm/MCA/Context.h"
 #include "llvm/MCA/CustomBehaviour.h"
@@ -119,12 +119,11 @@ std::unique_ptr<mca::Pipeline> extendedPipeline(mca::Context &Ctx, const MCSubta
   // Without the front-end mechanism the front end only issues (stack sync µops
   // included) at the dispatch width, holding at most a dispatch group.
   constexpr unsigned Unlimited = 1u << 20;
-  FrontEndParams P =
+  const FrontEndParams P =
       G.front_end ? FrontEndParams{(unsigned)G.predecode_bytes, (unsigned)G.decoders,
                                    (unsigned)G.simple_decoder_uops, (unsigned)G.uop_queue_size,
                                    (unsigned)G.issue_width, (unsigned)G.lcp_penalty, true}
                   : FrontEndParams{Unlimited, Unlimited, Unlimited, SM.IssueWidth, SM.IssueWidth, 0, false};
-  P.AssistPenalty = G.zero_shift ? (unsigned)G.zero_shift_penalty : 0;
   auto P0 = std::make_unique<mca::Pipeline>();
   P0->appendStage(std::make_unique<FrontEndStage>(S, std::move(Facts), P, Memory));
   P0->appendStage(std::make_unique<mca::DispatchStage>(STI, MRI, 0, *RCU, *PRF));
@@ -162,9 +161,17 @@ Simulated simulateOne(const EngineImpl &E, const BlockImpl &B, const TableImpl &
     if (G.move_elimination) markEliminableMoves(E, B, Lowered);
     for (size_t I = 0; I < Sync.size(); ++I)
       if (Sync[I]) Facts[I].SyncUops = G.stack_sync_uops;
-    if (G.zero_shift) {
-      const std::vector<bool> Assist = zeroShiftAssists(E, B, B.Memory && B.Memory->Exact);
-      for (size_t I = 0; I < Assist.size(); ++I) Facts[I].Assist = Assist[I];
+    auto drains = [&](const std::vector<bool> &Which, int Cycles) {
+      for (size_t I = 0; I < Which.size(); ++I)
+        if (Which[I]) Facts[I].Drain = true, Facts[I].DrainCycles += (unsigned)Cycles;
+    };
+    if (G.zero_shift) drains(zeroShiftAssists(E, B, B.Memory && B.Memory->Exact), G.zero_shift_penalty);
+    if (G.locked) {
+      drains(lockedInstructions(E, B), G.lock_penalty);
+      // A prefix LLVM disassembles as an instruction of its own (LOCK_PREFIX, a
+      // 100-cycle row) is part of the locked instruction after it: no execution.
+      for (size_t I = 0; I < B.Insts.size(); ++I)
+        if (E.MCII->getName(B.Insts[I].getOpcode()) == "LOCK_PREFIX") Lowered[I]->setEliminated();
     }
     // A macro-fused jcc executes as part of the µop before it: it takes no port.
     for (size_t I = 1; I < Facts.size(); ++I)

@@ -50,8 +50,8 @@ void applyGlobals(const EngineImpl &E, const Globals &G, const Globals &Default,
   if (G.any() && E.Gen == EngineImpl::Family::None)
     invalid("globals", "the extended model has no rules for " + E.Mcpu +
                            " (Intel Sandy Bridge to Skylake, AMD Zen+)");
-  if ((G.front_end || G.move_elimination) && E.Gen == EngineImpl::Family::Zen)
-    invalid("globals", std::string(G.front_end ? "front_end" : "move_elimination") +
+  if ((G.front_end || G.move_elimination || G.locked) && E.Gen == EngineImpl::Family::Zen)
+    invalid("globals", std::string(G.front_end ? "front_end" : G.locked ? "locked" : "move_elimination") +
                            " follows Intel's rules: not a mechanism of " + E.Mcpu);
   if (G.zero_shift && E.Gen != EngineImpl::Family::Zen)
     invalid("globals", "zero_shift is AMD Zen+'s: not a mechanism of " + E.Mcpu);
@@ -81,6 +81,8 @@ void applyGlobals(const EngineImpl &E, const Globals &G, const Globals &Default,
   if (G.zero_shift)
     checkRange("globals", "zero_shift_penalty", G.zero_shift_penalty, Limits::kZeroShiftPenaltyMin,
                Limits::kZeroShiftPenaltyMax);
+  if (G.locked)
+    checkRange("globals", "lock_penalty", G.lock_penalty, Limits::kLockPenaltyMin, Limits::kLockPenaltyMax);
   if (G.move_elimination)
     checkRange("globals", "moves_eliminated", G.moves_eliminated, Limits::kMovesEliminatedMin,
                Limits::kMovesEliminatedMax);

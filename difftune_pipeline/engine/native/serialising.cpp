@@ -1,5 +1,6 @@
-#include "zero_shift.h"
+#include "serialising.h"
 
+#include <cctype>
 #include <regex>
 
 using namespace llvm;
@@ -51,6 +52,30 @@ std::vector<bool> zeroShiftAssists(const EngineImpl &E, const BlockImpl &B, bool
         break;
       }
     }
+  }
+  return Out;
+}
+
+std::vector<bool> lockedInstructions(const EngineImpl &E, const BlockImpl &B) {
+  static const std::regex Xchg("XCHG(8|16|32|64)rm");
+  auto prefixed = [](const std::string &Hex) {  // F0 among the legacy prefixes
+    for (size_t I = 0; I + 2 <= Hex.size(); I += 2) {
+      std::string Byte = Hex.substr(I, 2);
+      for (char &C : Byte) C = (char)std::tolower((unsigned char)C);
+      if (Byte == "f0") return true;
+      if (Byte != "f2" && Byte != "f3" && Byte != "2e" && Byte != "36" && Byte != "3e" && Byte != "26" &&
+          Byte != "64" && Byte != "65" && Byte != "66" && Byte != "67")
+        return false;
+    }
+    return false;
+  };
+  const size_t N = B.Insts.size();
+  std::vector<bool> Out(N);
+  for (size_t I = 0; I < N; ++I) {
+    const std::string Op = E.MCII->getName(B.Insts[I].getOpcode()).str();
+    if (Op == "LOCK_PREFIX") continue;
+    const bool AfterPrefix = I > 0 && E.MCII->getName(B.Insts[I - 1].getOpcode()) == "LOCK_PREFIX";
+    Out[I] = AfterPrefix || prefixed(B.Encoding[I]) || std::regex_match(Op, Xchg);
   }
   return Out;
 }

@@ -1,0 +1,34 @@
+// Instructions that the extended model's front end holds until every older
+// instruction has retired, and then for a number of cycles more.
+//
+// Zen+'s zero-count shift (mechanism zero_shift): a shift or rotate whose count
+// is zero leaves the flags as they were, and an instruction that then reads those
+// flags waits for a microcode assist. Measured with nanoBench on Zen+ (AnICA's
+// artifact): `shll $0, %r8d ; cmovgel %edx, %ecx` takes 26 cycles an iteration,
+// `shll $0, %r8d` alone 1, and 669 of the 684 blocks of that set slower than 15
+// cycles an iteration are such a pair.
+//
+// Locked instructions on Intel's cores (mechanism locked): a lock-prefixed
+// read-modify-write, and xchg with memory (locked whatever its prefixes), drain
+// the store buffer and execute alone (Intel's optimization manual, "locked
+// instructions"; BHive measures a lone `lock decl (%rbx)` at 19 cycles an
+// iteration on Haswell).
+#pragma once
+
+#include "engine_impl.h"
+
+namespace dt {
+
+// Which of B's instructions read flags that a zero-count shift or rotate wrote
+// last (in this iteration or, around the loop, the one before). A count is zero
+// when its immediate is (modulo the operand width's count mask), or when it is CL
+// and `ClZero`: the harness model starts RCX at a multiple of 256 and no
+// instruction of B writes RCX. RCL and RCR read the carry themselves: not counted.
+std::vector<bool> zeroShiftAssists(const EngineImpl &E, const BlockImpl &B, bool ClZero);
+
+// Which of B's instructions are locked: a lock prefix among its own legacy
+// prefixes, or a LOCK_PREFIX instruction just before it (as LLVM disassembles
+// one), or an xchg with a memory operand.
+std::vector<bool> lockedInstructions(const EngineImpl &E, const BlockImpl &B);
+
+}  // namespace dt
