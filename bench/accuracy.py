@@ -41,7 +41,8 @@ def before_pruning(table: ParamTable, note: dict) -> ParamTable | None:
     if stage is None:
         return None
     rows, globals_ = dict(table.rows), dict(table.globals)
-    for key, value in {**stage.get("raised", {}), **stage.get("reverted", {})}.items():
+    undone = {**stage.get("raised", {}), **stage.get("reverted", {}), **stage.get("shared", {})}
+    for key, value in undone.items():
         if isinstance(value, dict):
             rows[key] = value
         else:

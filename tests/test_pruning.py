@@ -1,5 +1,6 @@
-"""The tuners' last stage: latencies no lower than physics allows, and each learned
-row back to LLVM's unless the val blocks that use it are predicted better with it."""
+"""The tuners' last stage: latencies no lower than physics allows, each learned
+row back to LLVM's unless the val blocks that use it are predicted better with it,
+and rows train never saw sharing a learned sibling's values."""
 
 import numpy as np
 
@@ -68,3 +69,35 @@ def test_a_row_that_makes_one_val_block_much_worse_goes_back(haswell, haswell_tr
     assert kept.rows["MOV64rm"] == truth.rows["MOV64rm"]  # val gains in sum
     table, history = Pruning(PruneConfig()).tune(truth, problem)
     assert table.rows["MOV64rm"] == default.rows["MOV64rm"] and list(history[0]["reverted"]) == ["MOV64rm"]
+
+
+def test_rows_train_never_saw_take_a_learned_siblings_values(haswell):
+    train = [haswell.parse_asm("cmpsq %es:(%rdi), (%rsi)"), haswell.parse_asm("addq %rax, %rbx")]
+    val = [haswell.parse_asm(a) for a in ("cmpsw %es:(%rdi), (%rsi)", "cmpsb %es:(%rdi), (%rsi)")]
+    unseen = haswell.parse_asm("movsb (%rsi), %es:(%rdi)\naddl %eax, %ebx")
+    default = haswell.default_table([*train, *val, unseen])
+    assert (
+        haswell.sched_classes(["CMPSQ", "CMPSW", "CMPSB", "MOVSB", "NO_SUCH_OPCODE"])[:3]
+        == [haswell.sched_classes(["CMPSQ"])[0]] * 3
+    )
+    truth = default.copy()  # "hardware": every string compare is a 3-cycle, 2-µop operation
+    for key in ("CMPSQ", "CMPSW", "CMPSB"):
+        truth.rows[key] = _row(default, key, latency=[3], uops=2)
+    learned = default.copy()
+    learned.rows["CMPSQ"] = truth.rows["CMPSQ"]
+    learned.rows["ADD64rr"] = _row(default, "ADD64rr", latency=[2])
+    measured = haswell.simulate(val, truth).steady
+    problem = _problem(haswell, val, measured, default)
+    problem.blocks = train
+    table, history = Pruning(PruneConfig(prune=False)).tune(learned, problem)
+    assert table.rows["CMPSW"] == table.rows["CMPSB"] == truth.rows["CMPSQ"]
+    assert table.rows["MOVSB"] == default.rows["MOVSB"]  # another class: not a sibling
+    assert table.rows["ADD32rr"] == table.rows["ADD64rr"]  # no train or val block: shared unjudged
+    assert sorted(history[0]["shared"]) == ["ADD16rr", "ADD32rr", "ADD8rr", "CMPSB", "CMPSL", "CMPSW"]
+    assert history[0]["shared"]["CMPSW"] == default.rows["CMPSW"]  # what the tuners had left
+    # val that says otherwise sends a shared row back
+    problem.val_measured = haswell.simulate(val, default).steady
+    table, history = Pruning(PruneConfig(prune=False)).tune(learned, problem)
+    assert table.rows["CMPSW"] == default.rows["CMPSW"] and "CMPSW" not in history[0]["shared"]
+    off, _ = Pruning(PruneConfig(physics=False, prune=False, share=False)).tune(learned, problem)
+    assert off == learned

@@ -151,6 +151,10 @@ class Engine:
         such rows), unless both are in ``allowed`` (LLVM's own row pairs them)."""
         return self._native.nested_ports(list(ports), list(allowed))
 
+    def sched_classes(self, keys: list[str]) -> list[int]:
+        """LLVM's scheduling class of each row key (-1: no such opcode)."""
+        return self._native.sched_classes(list(keys))
+
     def default_table(self, blocks: list[Block] = ()) -> ParamTable:
         """The CPU's table: every opcode, plus the variant resolutions in ``blocks``."""
         rows = {r.pop("key"): canonical_row(r) for r in self._native.default_rows(list(blocks))}

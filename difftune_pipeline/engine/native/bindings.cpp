@@ -211,6 +211,7 @@ NB_MODULE(_engine, m) {
           },
           "globals"_a, "rows"_a)
       .def("nested_ports", &dt::Engine::nested_ports, "ports"_a, "allowed"_a)
+      .def("sched_classes", &dt::Engine::sched_classes, "keys"_a)
       .def(
           "simulate",
           [](const dt::Engine &E, const std::vector<dt::Block> &Blocks,

@@ -112,6 +112,19 @@ Engine::Engine(const std::string &mcpu) : impl_(std::make_shared<EngineImpl>()) 
 Engine::~Engine() = default;
 const std::string &Engine::mcpu() const { return impl_->Mcpu; }
 
+std::vector<int> Engine::sched_classes(const std::vector<std::string> &keys) const {
+  std::vector<int> Out;
+  for (const std::string &K : keys) {
+    const size_t Hash = K.find('#');
+    auto It = impl_->OpcodeByName.find(K.substr(0, Hash));
+    if (It == impl_->OpcodeByName.end())
+      Out.push_back(-1);
+    else
+      Out.push_back(Hash == std::string::npos ? (int)impl_->staticClass(It->second) : std::atoi(K.c_str() + Hash + 1));
+  }
+  return Out;
+}
+
 Globals Engine::default_globals() const {
   return Globals{(int)impl_->SM->IssueWidth, (int)impl_->SM->MicroOpBufferSize};
 }

@@ -173,6 +173,9 @@ class Engine {
   // Every opcode the model schedules; plus, for variant opcodes, one row per
   // resolution that occurs in `blocks`.
   std::vector<Row> default_rows(const std::vector<Block> &blocks) const;
+  // LLVM's scheduling class of each row key (a variant's resolved class), -1 for
+  // a key that names no opcode: rows of one class are scheduled alike by LLVM.
+  std::vector<int> sched_classes(const std::vector<std::string> &keys) const;
   // Throws InvalidTable naming the row and the parameter.
   Table compile(const Globals &globals, const std::vector<Row> &rows) const;
   // Repairs a port map for compile(): walking the resources with cycles > 0

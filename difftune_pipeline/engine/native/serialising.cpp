@@ -8,15 +8,16 @@ using namespace llvm;
 namespace dt {
 namespace {
 
-// SHL/SHR/SAR/ROL/ROR by an immediate or CL, and SHLD/SHRD by an immediate or CL,
-// on a register or memory: the name's width and the count's kind.
+// SHL/SHR/SAR/ROL/ROR/RCL/RCR and SHLD/SHRD by an immediate or CL, on a register
+// or memory: the name's width and the count's kind.
 struct Shift {
   bool Is = false, ByCl = false;
   unsigned Width = 0;
 };
 
 Shift shiftOf(const EngineImpl &E, const MCInst &MI) {
-  static const std::regex Name("(?:SHL|SHR|SAR|ROL|ROR|SHLD|SHRD)(8|16|32|64)(ri|mi|rri8|mri8|rCL|mCL|rrCL|mrCL)");
+  static const std::regex Name(
+      "(?:SHL|SHR|SAR|ROL|ROR|RCL|RCR|SHLD|SHRD)(8|16|32|64)(ri|mi|rri8|mri8|rCL|mCL|rrCL|mrCL)");
   std::smatch M;
   const std::string Op = E.MCII->getName(MI.getOpcode()).str();
   if (!std::regex_match(Op, M, Name)) return {};
@@ -44,7 +45,7 @@ std::vector<bool> zeroShiftAssists(const EngineImpl &E, const BlockImpl &B, bool
   }
   for (size_t I = 0; I < N; ++I) Zero[I] = WritesFlags[I] && zeroCount(E, B.Insts[I], ClZero);
   for (size_t I = 0; I < N; ++I) {
-    if (!ReadsFlags[I]) continue;
+    if (!ReadsFlags[I] || Zero[I]) continue;  // RCL and RCR by zero read the carry unassisted
     for (size_t Back = 1; Back <= N; ++Back) {  // the last flags writer, around the loop
       const size_t J = (I + N - Back) % N;
       if (WritesFlags[J]) {

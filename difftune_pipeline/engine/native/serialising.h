@@ -23,7 +23,9 @@ namespace dt {
 // last (in this iteration or, around the loop, the one before). A count is zero
 // when its immediate is (modulo the operand width's count mask), or when it is CL
 // and `ClZero`: the harness model starts RCX at a multiple of 256 and no
-// instruction of B writes RCX. RCL and RCR read the carry themselves: not counted.
+// instruction of B writes RCX. A zero-count RCL or RCR reads the carry with no
+// assist itself (AnICA: `rcll $0, %r12d ; movq 128(%rsi), %xmm6` takes 4 cycles
+// an iteration, `rclb $0, %dl ; cmovgel %r11d, %r10d` 35).
 std::vector<bool> zeroShiftAssists(const EngineImpl &E, const BlockImpl &B, bool ClZero);
 
 // Which of B's instructions are locked: a lock prefix among its own legacy
