@@ -101,3 +101,22 @@ def test_rows_train_never_saw_take_a_learned_siblings_values(haswell):
     assert table.rows["CMPSW"] == default.rows["CMPSW"] and "CMPSW" not in history[0]["shared"]
     off, _ = Pruning(PruneConfig(physics=False, prune=False, share=False)).tune(learned, problem)
     assert off == learned
+
+
+def test_a_row_no_val_block_uses_stays_where_a_sibling_was_learned_the_same(haswell):
+    train = [haswell.parse_asm(a) for a in ("cmpsl %es:(%rdi), (%rsi)", "cmpsq %es:(%rdi), (%rsi)", "addq %rax, %rbx")]
+    val = [haswell.parse_asm("addq %rcx, %rdx")]
+    default = haswell.default_table([*train, *val])
+    learned = default.copy()
+    for key in ("CMPSL", "CMPSQ"):  # one value for both, as the search moves them
+        learned.rows[key] = _row(default, key, latency=[3])
+    learned.rows["ADD64rr"] = _row(default, "ADD64rr", latency=[1])  # unchanged: LLVM's
+    measured = haswell.simulate(val, default).steady
+    problem = _problem(haswell, val, measured, default)
+    problem.blocks = train
+    table, history = Pruning(PruneConfig(share=False)).tune(learned, problem)
+    assert table.rows["CMPSL"] == table.rows["CMPSQ"] == learned.rows["CMPSQ"]  # no val block: kept, agreed
+    apart = learned.copy()
+    apart.rows["CMPSL"] = _row(default, "CMPSL", latency=[4])
+    table, _ = Pruning(PruneConfig(share=False)).tune(apart, problem)
+    assert table.rows["CMPSL"] == default.rows["CMPSL"] and table.rows["CMPSQ"] == default.rows["CMPSQ"]

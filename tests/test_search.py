@@ -88,3 +88,22 @@ def test_a_uop_and_its_port_move_together():
     grad = {"POP": np.array([0.0, 0.3, 0.3, -0.1])}  # the gain of a pair is the sum of its columns'
     proposed = gradient_proposer(grad, columns, top=1)("POP", llvm)
     assert [(c, d) for c, d, _ in proposed] == [("uops,port:HWPort0156", -1)]
+
+
+def test_rows_in_too_few_blocks_are_searched_with_their_siblings_as_one(haswell):
+    """Each string compare is in one train block, too few alone: CMPSL and CMPSQ
+    (one LLVM class and mnemonic) are searched as one row, moved to one value."""
+    blocks = [haswell.parse_asm(a) for a in ("cmpsl %es:(%rdi), (%rsi)", "cmpsq %es:(%rdi), (%rsi)", "addq %rax, %rbx")]
+    default = haswell.default_table(blocks)
+    truth = default.copy()
+    for key in ("CMPSL", "CMPSQ"):
+        truth.rows[key] = {**default.rows[key], "latency": [v + 4 for v in default.rows[key]["latency"]]}
+    measured = haswell.simulate(blocks, truth).steady
+    config = SearchConfig(budget=2000, rounds=2, min_blocks=2)
+    state = Search(haswell, blocks, measured, default, config)
+    assert state.members["CMPSL"] == ["CMPSL", "CMPSQ"] and "CMPSQ" not in state.members
+    assert "ADD64rr" not in state.members  # one block, no sibling in the train blocks
+    score = lambda t: float(np.mean(np.abs(haswell.simulate(blocks, t).steady - measured) / measured))  # noqa: E731
+    best, _ = search(haswell, blocks, measured, default, score, config, log=lambda *_: None)
+    assert best.rows["CMPSL"] == best.rows["CMPSQ"] != default.rows["CMPSQ"]
+    assert score(best) < score(default)

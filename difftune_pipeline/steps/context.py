@@ -30,7 +30,7 @@ CODE_VERSIONS = {
     "sampled_tables": "2",
     "simulations": "2",
     "surrogate": "5",
-    "learned_params": "5",
+    "learned_params": "7",
     "evaluation": "6",
 }
 

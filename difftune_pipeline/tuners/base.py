@@ -8,6 +8,7 @@ a frozen surrogate over the train blocks.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
@@ -15,6 +16,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 
 from difftune_pipeline.engine import Engine, ParamTable
+from difftune_pipeline.engine.table import canonical_row
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.surrogates import Predict
 
@@ -108,3 +110,16 @@ def run(tuners: list[Tuner], problem: Problem) -> tuple[ParamTable, list[dict]]:
         best, steps = tuner.tune(best, problem)
         history += [{"stage": tuner.stage, **h} for h in steps]
     return best, history
+
+
+def stem(key: str) -> str:
+    """An opcode's mnemonic apart from its operand width (``CMPSQ`` and ``CMPSB``:
+    ``CMPS``; ``ADD64rr`` and ``ADD32rr``: ``ADDrr``)."""
+    name = re.sub(r"(8|16|32|64)", "", key.split("#")[0])
+    return re.sub(r"^(CMPS|MOVS|SCAS|STOS|LODS|INS|OUTS)[BWLQ]$", r"\1", name)
+
+
+def sibling_groups(keys: list[str], default: ParamTable, classes) -> dict[str, tuple]:
+    """Each row key's group of siblings: rows of one LLVM scheduling class
+    (``classes``: ``Engine.sched_classes``), one ``stem`` and the same LLVM values."""
+    return {k: (c, stem(k), repr(canonical_row(default.rows[k]))) for k, c in zip(keys, classes(keys))}

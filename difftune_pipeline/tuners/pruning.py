@@ -4,7 +4,8 @@ it holds up beyond the train blocks.
 A search moves a row when the summed train error falls, so an opcode seen in a
 handful of train blocks is moved by them alone (``andb $8, %cl`` learned at 0.28
 cycles a iteration: a latency below one cycle on a register each iteration waits
-for). Two rules undo that:
+for). Two rules undo that, and a third carries what was learned to rows train
+never saw:
 
 - **Physics**: no latency below one cycle where LLVM's is at least one (a written
   register is read one cycle later at the earliest; LLVM's zero latencies, its
@@ -13,7 +14,9 @@ for). Two rules undo that:
 - **Pruning on val**: each learned row (and global) goes back to LLVM's value
   unless the val blocks that use it are predicted better with it, and none of
   them more than ``max_harm`` (20 points of error) worse: a row no val block uses
-  has no evidence beyond train and goes back too. Rows are visited by how many
+  has no evidence beyond train and goes back too, unless another opcode of its
+  sibling group (below), with train blocks of its own, was learned to the same
+  values (the search moves rows in too few blocks with their siblings, as one). Rows are visited by how many
   val blocks use them, most first, each judged on those blocks under the table as
   pruned so far.
 - **Sharing**: a row no train block uses takes the values learned for a sibling,
@@ -26,7 +29,6 @@ for). Two rules undo that:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -34,7 +36,7 @@ import numpy as np
 
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.engine.table import canonical_row
-from difftune_pipeline.tuners.base import Problem
+from difftune_pipeline.tuners.base import Problem, sibling_groups
 
 
 @dataclass(frozen=True)
@@ -69,11 +71,16 @@ def physical(table: ParamTable, default: ParamTable) -> tuple[ParamTable, list[s
     return _with(table, table.globals, rows), raised
 
 
-def stem(key: str) -> str:
-    """An opcode's mnemonic apart from its operand width (``CMPSQ`` and ``CMPSB``:
-    ``CMPS``; ``ADD64rr`` and ``ADD32rr``: ``ADDrr``)."""
-    name = re.sub(r"(8|16|32|64)", "", key.split("#")[0])
-    return re.sub(r"^(CMPS|MOVS|SCAS|STOS|LODS|INS|OUTS)[BWLQ]$", r"\1", name)
+def agreeing(table: ParamTable, default: ParamTable, classes, train_blocks: list) -> frozenset:
+    """Learned rows that another opcode of their sibling group, with train blocks
+    of its own, was learned to the same values as (the search moves a row in too
+    few blocks with its siblings, as one): each opcode's blocks back the others'."""
+    used = {k for block in train_blocks for k in block.row_keys if k in default.rows}
+    learned = sorted(k for k in used if canonical_row(table.rows[k]) != canonical_row(default.rows[k]))
+    together: dict[tuple, list[str]] = {}
+    for key, group in sibling_groups(learned, default, classes).items():
+        together.setdefault((group, repr(canonical_row(table.rows[key]))), []).append(key)
+    return frozenset(k for keys in together.values() if len(keys) > 1 for k in keys)
 
 
 def siblings(table: ParamTable, default: ParamTable, classes, train_blocks: list) -> dict[str, str]:
@@ -86,8 +93,7 @@ def siblings(table: ParamTable, default: ParamTable, classes, train_blocks: list
             users[key] = users.get(key, 0) + 1
     learned = [k for k in users if k in default.rows and canonical_row(table.rows[k]) != canonical_row(default.rows[k])]
     unseen = [k for k in table.rows if k not in users and k in default.rows and table.rows[k] == default.rows[k]]
-    keys = learned + unseen
-    group = {k: (c, stem(k), repr(canonical_row(default.rows[k]))) for k, c in zip(keys, classes(keys))}
+    group = sibling_groups(learned + unseen, default, classes)
     best: dict[tuple, str] = {}
     for k in sorted(learned, key=lambda k: (-users[k], k)):
         best.setdefault(group[k], k)
@@ -119,7 +125,8 @@ class Pruning:
         # stored one with these rows and globals put back
         history = {"val_before": problem.score(start), "raised": {k: start.rows[k] for k in raised}}
         if config.prune and problem.val_blocks:
-            table, kept, reverted = self._prune(table, problem)
+            agreed = agreeing(table, default, problem.engine.sched_classes, problem.blocks)
+            table, kept, reverted = self._prune(table, problem, agreed=agreed)
             history.update(rows_kept=kept, reverted={k: _value(start, k) for k in reverted})
         if config.share:
             shared = siblings(table, default, problem.engine.sched_classes, problem.blocks)
@@ -144,9 +151,10 @@ class Pruning:
         return np.where(result.ok, np.abs(result.predicted(problem.measure) - truth) / truth, np.inf)
 
     def _prune(
-        self, table: ParamTable, problem: Problem, only: list[str] | None = None
+        self, table: ParamTable, problem: Problem, only: list[str] | None = None, agreed: frozenset = frozenset()
     ) -> tuple[ParamTable, int, list[str]]:
-        """Judges every moved row and global on val (``only``: these rows)."""
+        """Judges every moved row and global on val (``only``: these rows); a row
+        no val block uses stays only where it is in ``agreed``."""
         default = problem.default
         users: dict[str, list[int]] = {}
         for i, block in enumerate(problem.val_blocks):
@@ -171,6 +179,9 @@ class Pruning:
                 back_globals[key] = default.globals[key]
             else:
                 back_rows[key] = default.rows[key]
+            if not idx and key in agreed:
+                kept += 1
+                continue
             idx = np.array(idx, dtype=np.int64)
             without = self._errors(problem, _with(table, back_globals, back_rows), idx) if len(idx) else None
             if (

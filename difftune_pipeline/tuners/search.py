@@ -6,7 +6,10 @@ simulating only the train blocks that contain that row, so a move costs as
 many simulations as the row has blocks, not the whole train set. The loss is
 the train MAPE (with ``prior``, plus a price per ``log_scale`` unit a row or
 global moves away from the default table), kept exact: accepting a move
-re-simulates all of the row's blocks. Rows are visited by the error they carry;
+re-simulates all of the row's blocks. A row in fewer than ``min_blocks`` blocks
+is searched together with its siblings (one scheduling class and mnemonic, the same
+LLVM values: ``CMPSL`` and ``CMPSQ``), one value for all, where together they have
+enough. Rows are visited by the error they carry;
 after each round the table is scored on val and the best table on val wins
 (test is never looked at).
 
@@ -25,7 +28,7 @@ import numpy as np
 
 from difftune_pipeline.engine import LIMITS, Engine, ParamTable
 from difftune_pipeline.engine.table import canonical_row
-from difftune_pipeline.tuners.base import Problem, check_prior, log_scale
+from difftune_pipeline.tuners.base import Problem, check_prior, log_scale, sibling_groups
 from difftune_pipeline.tuners.gradient import gradient
 
 Proposer = Callable[[str, dict], list]
@@ -36,7 +39,7 @@ FAILED_ERROR = 10.0  # a block the engine refuses under a table counts as 1000% 
 class SearchConfig:
     budget: int = 30_000  # block simulations, every round together
     rounds: int = 3
-    min_blocks: int = 2  # rows in fewer train blocks are left alone (they would only overfit)
+    min_blocks: int = 2  # a row in fewer train blocks is searched only with its siblings (alone it would overfit)
     max_moves_per_row: int = 3  # accepted moves on one row per visit
     sample_blocks: int = 150  # a move is judged on at most this many of the row's blocks
     halving: bool = False  # also try halving values >= 4: reaches far-off values (znver1's 100-cycle placeholders)
@@ -151,7 +154,18 @@ class Search:
             for key in set(block.row_keys):
                 if key in default.rows:
                     index.setdefault(key, []).append(b)
-        self.index = {k: np.array(v) for k, v in index.items() if len(v) >= config.min_blocks}
+        # A row in too few blocks is searched with its siblings (tuners.base.sibling_groups)
+        # as one, where together they have enough: one value for all of them.
+        few = sorted(k for k, v in index.items() if len(v) < config.min_blocks)
+        groups: dict[tuple, list[str]] = {}
+        for key, group in sibling_groups(few, default, engine.sched_classes).items():
+            groups.setdefault(group, []).append(key)
+        self.members = {k: [k] for k, v in index.items() if len(v) >= config.min_blocks}
+        for keys in groups.values():
+            if len(keys) > 1 and sum(len(index[k]) for k in keys) >= config.min_blocks:
+                self.members[keys[0]] = keys
+                index[keys[0]] = sorted({b for k in keys for b in index[k]})
+        self.index = {k: np.array(index[k]) for k in self.members}
         self.signed = self._errors(np.arange(len(blocks)), [self.table()])[0]  # (pred - truth) / truth
 
     def table(self, extra: dict | None = None, globals_: dict | None = None) -> ParamTable:
@@ -215,7 +229,7 @@ class Search:
             )
             if self.spent + len(idx) * len(candidates) > self.config.budget:
                 break
-            errs = self._errors(idx, [self.table({key: r}) for _, _, r in candidates])
+            errs = self._errors(idx, [self.table(dict.fromkeys(self.members[key], r)) for _, _, r in candidates])
             reference, here = self.default.rows[key], distance(row, self.default.rows[key])
             price = self.config.prior * np.array([distance(r, reference) - here for _, _, r in candidates])
             # a sample's gain scaled to the row's blocks, less the prior's price of the step
@@ -225,14 +239,14 @@ class Search:
                 break
             column, step, row = candidates[best]
             if len(idx) < len(idx_all):  # judged on a sample: confirm on every block of the row
-                full = self._errors(idx_all, [self.table({key: row})])[0]
+                full = self._errors(idx_all, [self.table(dict.fromkeys(self.members[key], row))])[0]
                 if np.abs(full).sum() + price[best] >= self.error[idx_all].sum():
                     break
                 self.signed[idx_all] = full
             else:
                 self.signed[idx] = errs[best]
-            self.changes[key] = row
-            accepted.append(f"{key} {column}{step:+d}")
+            self.changes.update(dict.fromkeys(self.members[key], row))
+            accepted.append(f"{'/'.join(self.members[key])} {column}{step:+d}")
         return accepted
 
     def improve_globals(self) -> list[str]:
