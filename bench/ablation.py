@@ -44,7 +44,7 @@ CONFIGS = {
     "+ stack engine": ("stack_engine",),
     "+ move elimination": ("move_elimination",),
     "+ locked": ("locked",),
-    "extended (front end, memory, stack engine, locked)": EXTENDED,
+    "extended (front end, memory, stack engine)": EXTENDED,
     "extended + move elimination": (*EXTENDED, "move_elimination"),
 }
 

@@ -84,6 +84,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         # halve a value; it also starts again from LLVM's table (docs/model.md: "A prior toward LLVM's values")
         "search.prior": 0.5,
         "search.halving": True,
+        # rows in too few train blocks searched with their siblings (Zen+'s string ops)
+        "search.siblings": True,
         "tuner": "combined+direct",
         # then the direct search again from the better of the two, while val
         # falls, four times at most (docs/model.md: "Searching again")

@@ -338,8 +338,9 @@ def test_engine_refuses_out_of_range_parameters_and_unsupported_cpus(haswell, ba
     [
         ("auto", None),
         ("llvm-mca", ()),
-        ("extended", ("front_end", "memory", "stack_engine", "locked")),
-        ("extended+move_elimination", ("front_end", "memory", "stack_engine", "move_elimination", "locked")),
+        ("extended", ("front_end", "memory", "stack_engine")),
+        ("extended+move_elimination", ("front_end", "memory", "stack_engine", "move_elimination")),
+        ("extended+locked", ("front_end", "memory", "stack_engine", "locked")),
         ("llvm-mca+stack_engine+front_end", ("front_end", "stack_engine")),
     ],
 )
@@ -348,7 +349,7 @@ def test_model_names(name, mechanisms):
 
 
 def test_extended_is_each_generations_own():
-    assert extended.parse("extended", "haswell") == ("front_end", "memory", "stack_engine", "locked")
+    assert extended.parse("extended", "haswell") == ("front_end", "memory", "stack_engine")
     assert extended.parse("extended", "znver1") == ("memory", "stack_engine", "zero_shift")
     assert extended.parse("extended", "btver2") == ()
     assert extended.harness_for("znver1") == "nanobench" and extended.harness_for("skylake") == "bhive"

@@ -99,10 +99,11 @@ def test_rows_in_too_few_blocks_are_searched_with_their_siblings_as_one(haswell)
     for key in ("CMPSL", "CMPSQ"):
         truth.rows[key] = {**default.rows[key], "latency": [v + 4 for v in default.rows[key]["latency"]]}
     measured = haswell.simulate(blocks, truth).steady
-    config = SearchConfig(budget=2000, rounds=2, min_blocks=2)
+    config = SearchConfig(budget=2000, rounds=2, min_blocks=2, siblings=True)
     state = Search(haswell, blocks, measured, default, config)
     assert state.members["CMPSL"] == ["CMPSL", "CMPSQ"] and "CMPSQ" not in state.members
     assert "ADD64rr" not in state.members  # one block, no sibling in the train blocks
+    assert "CMPSL" not in Search(haswell, blocks, measured, default, SearchConfig(min_blocks=2)).members
     score = lambda t: float(np.mean(np.abs(haswell.simulate(blocks, t).steady - measured) / measured))  # noqa: E731
     best, _ = search(haswell, blocks, measured, default, score, config, log=lambda *_: None)
     assert best.rows["CMPSL"] == best.rows["CMPSQ"] != default.rows["CMPSQ"]

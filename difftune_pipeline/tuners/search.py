@@ -7,9 +7,9 @@ many simulations as the row has blocks, not the whole train set. The loss is
 the train MAPE (with ``prior``, plus a price per ``log_scale`` unit a row or
 global moves away from the default table), kept exact: accepting a move
 re-simulates all of the row's blocks. A row in fewer than ``min_blocks`` blocks
-is searched together with its siblings (one scheduling class and mnemonic, the same
-LLVM values: ``CMPSL`` and ``CMPSQ``), one value for all, where together they have
-enough. Rows are visited by the error they carry;
+is left alone, or with ``siblings`` searched together with its siblings (one
+scheduling class and mnemonic, the same LLVM values: ``CMPSL`` and ``CMPSQ``), one
+value for all, where together they have enough. Rows are visited by the error they carry;
 after each round the table is scored on val and the best table on val wins
 (test is never looked at).
 
@@ -39,7 +39,8 @@ FAILED_ERROR = 10.0  # a block the engine refuses under a table counts as 1000% 
 class SearchConfig:
     budget: int = 30_000  # block simulations, every round together
     rounds: int = 3
-    min_blocks: int = 2  # a row in fewer train blocks is searched only with its siblings (alone it would overfit)
+    min_blocks: int = 2  # rows in fewer train blocks are left alone (alone they would overfit) ...
+    siblings: bool = False  # ... or, with this, searched together with their siblings
     max_moves_per_row: int = 3  # accepted moves on one row per visit
     sample_blocks: int = 150  # a move is judged on at most this many of the row's blocks
     halving: bool = False  # also try halving values >= 4: reaches far-off values (znver1's 100-cycle placeholders)
@@ -158,7 +159,7 @@ class Search:
         # as one, where together they have enough: one value for all of them.
         few = sorted(k for k, v in index.items() if len(v) < config.min_blocks)
         groups: dict[tuple, list[str]] = {}
-        for key, group in sibling_groups(few, default, engine.sched_classes).items():
+        for key, group in (sibling_groups(few, default, engine.sched_classes) if config.siblings else {}).items():
             groups.setdefault(group, []).append(key)
         self.members = {k: [k] for k, v in index.items() if len(v) >= config.min_blocks}
         for keys in groups.values():
