@@ -103,7 +103,8 @@ PARAMETERS: dict[str, tuple[str, ...]] = {
 }
 # What ``extended`` turns on (Intel). ``locked`` is left out: with it the default
 # table's val MAPE on the sample fell (10.51% -> 10.31%), but the tuners then
-# found nothing better on val (learned = default, test 7.64%; without it 6.84%).
+# found nothing better on val (learned = default, test 7.64%; without it 6.84%):
+# one pair of runs, which the gradient tuner's trajectory decided (docs/results.md).
 # Move elimination is left out too: measured on the
 # ``full`` Haswell test split, the pipeline's extended table scored 12.07% MAPE
 # with it and 10.32% without, and adding it to llvm-mca's learned table took
