@@ -1,7 +1,8 @@
 // The extended model's front end: a Stage in place of MCA's EntryStage that
 // predecodes a byte stream, decodes it with a limited set of decoders, fuses
 // pairs (cmp+jcc) and load+op µops, and issues fused µops from a bounded queue
-// at a fixed width (Intel's optimization manual, "legacy decode pipeline").
+// at a fixed width (Intel's optimization manual, "legacy decode pipeline"); it
+// also holds an instruction that drains the pipeline (serialising.h).
 #pragma once
 
 #include "engine_impl.h"
