@@ -41,7 +41,7 @@ def before_pruning(table: ParamTable, note: dict) -> ParamTable | None:
     if stage is None:
         return None
     rows, globals_ = dict(table.rows), dict(table.globals)
-    undone = {**stage.get("raised", {}), **stage.get("reverted", {}), **stage.get("shared", {})}
+    undone = {**stage.get("raised", {}), **stage.get("reverted", {}), **stage.get("from_siblings", {})}
     for key, value in undone.items():
         if isinstance(value, dict):
             rows[key] = value

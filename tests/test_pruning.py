@@ -92,13 +92,13 @@ def test_rows_train_never_saw_take_a_learned_siblings_values(haswell):
     table, history = Pruning(PruneConfig(prune=False)).tune(learned, problem)
     assert table.rows["CMPSW"] == table.rows["CMPSB"] == truth.rows["CMPSQ"]
     assert table.rows["MOVSB"] == default.rows["MOVSB"]  # another class: not a sibling
-    assert table.rows["ADD32rr"] == table.rows["ADD64rr"]  # no train or val block: shared unjudged
-    assert sorted(history[0]["shared"]) == ["ADD16rr", "ADD32rr", "ADD8rr", "CMPSB", "CMPSL", "CMPSW"]
-    assert history[0]["shared"]["CMPSW"] == default.rows["CMPSW"]  # what the tuners had left
-    # val that says otherwise sends a shared row back
+    assert table.rows["ADD32rr"] == table.rows["ADD64rr"]  # no train or val block: taken unjudged
+    assert sorted(history[0]["from_siblings"]) == ["ADD16rr", "ADD32rr", "ADD8rr", "CMPSB", "CMPSL", "CMPSW"]
+    assert history[0]["from_siblings"]["CMPSW"] == default.rows["CMPSW"]  # what the tuners had left
+    # val that says otherwise sends a row taken from a sibling back
     problem.val_measured = haswell.simulate(val, default).steady
     table, history = Pruning(PruneConfig(prune=False)).tune(learned, problem)
-    assert table.rows["CMPSW"] == default.rows["CMPSW"] and "CMPSW" not in history[0]["shared"]
+    assert table.rows["CMPSW"] == default.rows["CMPSW"] and "CMPSW" not in history[0]["from_siblings"]
     off, _ = Pruning(PruneConfig(physics=False, prune=False, share=False)).tune(learned, problem)
     assert off == learned
 

@@ -129,17 +129,17 @@ class Pruning:
             table, kept, reverted = self._prune(table, problem, agreed=agreed)
             history.update(rows_kept=kept, reverted={k: _value(start, k) for k in reverted})
         if config.share:
-            shared = siblings(table, default, problem.engine.sched_classes, problem.blocks)
-            table = _with(table, table.globals, {**table.rows, **{k: table.rows[s] for k, s in shared.items()}})
-            judged = [k for k in shared if any(k in b.row_keys for b in problem.val_blocks)]
+            taken = siblings(table, default, problem.engine.sched_classes, problem.blocks)
+            table = _with(table, table.globals, {**table.rows, **{k: table.rows[s] for k, s in taken.items()}})
+            judged = [k for k in taken if any(k in b.row_keys for b in problem.val_blocks)]
             refused: list[str] = []
             if judged:
                 table, _, refused = self._prune(table, problem, judged)
-            history["shared"] = {k: default.rows[k] for k in shared if k not in refused}
+            history["from_siblings"] = {k: default.rows[k] for k in taken if k not in refused}
         history["val_after"] = problem.score(table)
         problem.log(
             f"prune: {len(raised)} rows raised to one cycle or µop, {history.get('rows_kept', 0)} learned rows kept, "
-            f"{len(history.get('reverted', {}))} back to LLVM's, {len(history.get('shared', {}))} shared from a "
+            f"{len(history.get('reverted', {}))} back to LLVM's, {len(history.get('from_siblings', {}))} from a "
             f"sibling; val MAPE {100 * history['val_before']:.2f}% -> {100 * history['val_after']:.2f}%"
         )
         return table, [history]
