@@ -2,8 +2,8 @@
 engine: llvm-mca as shipped, LLVM's values under the chosen model, and each learned
 table (the measure it was tuned on, and, for a pruned one, the table the tuners
 left before pruning, rebuilt from its history, and the table without each new
-stall: the length-changing prefix, Zen+'s zero-count shift). Per table: MAPE and Kendall τ of
-the steady state (what BHive measures) and the MAPE of llvm-mca's Total Cycles, the
+stall: the length-changing prefix, Zen+'s zero-count shift). Per table: MAPE and
+Kendall τ of the steady state (what BHive measures) and the MAPE of llvm-mca's Total Cycles, the
 share of test blocks predicted more than 20 points worse than the default, and
 val MAPE (what selection saw).
 

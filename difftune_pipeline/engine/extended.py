@@ -65,9 +65,9 @@ class Global:
 # Move elimination (Ivy Bridge on; the manual's "eliminating register moves"
 # gives no rate): at most the rename width a cycle, to be learned.
 # Zen+ (the nanoBench measurements of AnICA's artifact; Ritter and Hack, "AnICA",
-# OOPSLA 2022): a flags read after a zero-count shift
-# costs the block about 26 cycles an iteration (`shll $0, %r8d ; cmovgel %edx,
-# %ecx`: 25.96; the shift alone: 1.0). With the pipeline draining first, an
+# OOPSLA 2022): a flags read after a zero-count shift costs the block about 26
+# cycles an iteration (`shll $0, %r8d ; cmovgel %edx, %ecx`: 25.96; the shift
+# alone: 1.0). With the pipeline draining first, an
 # assist of 23 cycles gives that block 26. Zen+'s memory and stack-engine values
 # have no public figure of their own here: they start from the Intel values above
 # and are learned like every other.
@@ -105,10 +105,10 @@ PARAMETERS: dict[str, tuple[str, ...]] = {
 # table's val MAPE on the sample fell (10.51% -> 10.31%), but the tuners then
 # found nothing better on val (learned = default, test 7.64%; without it 6.84%):
 # one pair of runs, which the gradient tuner's trajectory decided (docs/results.md).
-# Move elimination is left out too: measured on the
-# ``full`` Haswell test split, the pipeline's extended table scored 12.07% MAPE
-# with it and 10.32% without, and adding it to llvm-mca's learned table took
-# 12.57% to 13.03% (Ivy Bridge and Skylake: worse too). See docs/results.md.
+# Move elimination is left out too: measured on the ``full`` Haswell test split,
+# the pipeline's extended table scored 12.07% MAPE with it and 10.32% without,
+# and adding it to llvm-mca's learned table took 12.57% to 13.03% (Ivy Bridge
+# and Skylake: worse too). See docs/results.md.
 EXTENDED = ("front_end", "memory", "stack_engine")
 # Harness models (difftune_pipeline.harness); "none": addresses by symbolic
 # equality of address expressions.

@@ -147,8 +147,9 @@ def bounds(
 ) -> torch.Tensor:
     """[B, 4 to 6]: port pressure, dispatch, loop-carried recurrence (cycles per
     iteration), the front end and the drains (with their mechanisms: per
-    iteration) and, last, the critical path of one iteration. ``params`` [B, N, P] are raw parameter values
-    per instruction (columns of ``ParamSpace``); ``globals_`` [B, G] in ``names`` order."""
+    iteration) and, last, the critical path of one iteration. ``params`` [B, N, P]
+    are raw parameter values per instruction (columns of ``ParamSpace``);
+    ``globals_`` [B, G] in ``names`` order."""
     lat, uops = params[..., 0], params[..., 1]
     adv = params[..., 2 : 2 + READ_ADVANCE_SLOTS].amax(-1)
     ports = params[..., 2 + READ_ADVANCE_SLOTS :]

@@ -16,9 +16,9 @@ never saw:
   them more than ``max_harm`` (20 points of error) worse: a row no val block uses
   has no evidence beyond train and goes back too, unless another opcode of its
   sibling group (below), with train blocks of its own, was learned to the same
-  values (the search moves rows in too few blocks with their siblings, as one). Rows are visited by how many
-  val blocks use them, most first, each judged on those blocks under the table as
-  pruned so far.
+  values (the search moves rows in too few blocks with their siblings, as one).
+  Rows are visited by how many val blocks use them, most first, each judged on
+  those blocks under the table as pruned so far.
 - **Sharing**: a row no train block uses takes the values learned for a sibling,
   an opcode of the same LLVM scheduling class and mnemonic apart from its width
   (``CMPSW`` from ``CMPSQ``) with the same LLVM values, where the sibling's learned
@@ -71,12 +71,24 @@ def physical(table: ParamTable, default: ParamTable) -> tuple[ParamTable, list[s
     return _with(table, table.globals, rows), raised
 
 
+def _learned(table: ParamTable, default: ParamTable, train_blocks: list) -> dict[str, int]:
+    """The rows train blocks use that ``table`` moved from LLVM's, with how many train blocks use each."""
+    users: dict[str, int] = {}
+    for block in train_blocks:
+        for key in set(block.row_keys):
+            users[key] = users.get(key, 0) + 1
+    return {
+        k: n
+        for k, n in users.items()
+        if k in default.rows and canonical_row(table.rows[k]) != canonical_row(default.rows[k])
+    }
+
+
 def agreeing(table: ParamTable, default: ParamTable, classes, train_blocks: list) -> frozenset:
     """Learned rows that another opcode of their sibling group, with train blocks
     of its own, was learned to the same values as (the search moves a row in too
     few blocks with its siblings, as one): each opcode's blocks back the others'."""
-    used = {k for block in train_blocks for k in block.row_keys if k in default.rows}
-    learned = sorted(k for k in used if canonical_row(table.rows[k]) != canonical_row(default.rows[k]))
+    learned = sorted(_learned(table, default, train_blocks))
     together: dict[tuple, list[str]] = {}
     for key, group in sibling_groups(learned, default, classes).items():
         together.setdefault((group, repr(canonical_row(table.rows[key]))), []).append(key)
@@ -87,15 +99,12 @@ def siblings(table: ParamTable, default: ParamTable, classes, train_blocks: list
     """For each row no train block uses and ``table`` left at LLVM's values, the
     learned sibling it takes values from: same scheduling class (``classes``:
     ``Engine.sched_classes``), same ``stem``, same LLVM values; the one with the most train blocks."""
-    users: dict[str, int] = {}
-    for block in train_blocks:
-        for key in set(block.row_keys):
-            users[key] = users.get(key, 0) + 1
-    learned = [k for k in users if k in default.rows and canonical_row(table.rows[k]) != canonical_row(default.rows[k])]
-    unseen = [k for k in table.rows if k not in users and k in default.rows and table.rows[k] == default.rows[k]]
-    group = sibling_groups(learned + unseen, default, classes)
+    learned = _learned(table, default, train_blocks)
+    used = {k for block in train_blocks for k in block.row_keys}
+    unseen = [k for k in table.rows if k not in used and k in default.rows and table.rows[k] == default.rows[k]]
+    group = sibling_groups([*learned, *unseen], default, classes)
     best: dict[tuple, str] = {}
-    for k in sorted(learned, key=lambda k: (-users[k], k)):
+    for k in sorted(learned, key=lambda k: (-learned[k], k)):
         best.setdefault(group[k], k)
     return {k: best[group[k]] for k in unseen if group[k] in best}
 
@@ -131,10 +140,9 @@ class Pruning:
         if config.share:
             taken = siblings(table, default, problem.engine.sched_classes, problem.blocks)
             table = _with(table, table.globals, {**table.rows, **{k: table.rows[s] for k, s in taken.items()}})
-            judged = [k for k in taken if any(k in b.row_keys for b in problem.val_blocks)]
             refused: list[str] = []
-            if judged:
-                table, _, refused = self._prune(table, problem, judged)
+            if taken and problem.val_blocks:  # judged on val where val uses them, kept where it does not
+                table, _, refused = self._prune(table, problem, list(taken), agreed=frozenset(taken))
             history["from_siblings"] = {k: default.rows[k] for k in taken if k not in refused}
         history["val_after"] = problem.score(table)
         problem.log(

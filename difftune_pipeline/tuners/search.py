@@ -8,9 +8,9 @@ the train MAPE (with ``prior``, plus a price per ``log_scale`` unit a row or
 global moves away from the default table), kept exact: accepting a move
 re-simulates all of the row's blocks. A row in fewer than ``min_blocks`` blocks
 is left alone, or with ``siblings`` searched together with its siblings (one
-scheduling class and mnemonic, the same LLVM values: ``CMPSL`` and ``CMPSQ``), one
-value for all, where together they have enough. Rows are visited by the error they carry;
-after each round the table is scored on val and the best table on val wins
+scheduling class and mnemonic, the same LLVM values: ``CMPSL`` and ``CMPSQ``),
+one value for all, where together they have enough. Rows are visited by the
+error they carry; after each round the table is scored on val and the best table on val wins
 (test is never looked at).
 
 ``propose`` lets another model (a surrogate's gradient) choose the moves; the
@@ -155,19 +155,24 @@ class Search:
             for key in set(block.row_keys):
                 if key in default.rows:
                     index.setdefault(key, []).append(b)
-        # A row in too few blocks is searched with its siblings (tuners.base.sibling_groups)
-        # as one, where together they have enough: one value for all of them.
-        few = sorted(k for k, v in index.items() if len(v) < config.min_blocks)
-        groups: dict[tuple, list[str]] = {}
-        for key, group in (sibling_groups(few, default, engine.sched_classes) if config.siblings else {}).items():
-            groups.setdefault(group, []).append(key)
+        # the rows each searched row stands for: itself, or with ``siblings``, for a row
+        # in too few blocks, its group (tuners.base.sibling_groups) where together they have enough
         self.members = {k: [k] for k, v in index.items() if len(v) >= config.min_blocks}
-        for keys in groups.values():
-            if len(keys) > 1 and sum(len(index[k]) for k in keys) >= config.min_blocks:
-                self.members[keys[0]] = keys
-                index[keys[0]] = sorted({b for k in keys for b in index[k]})
+        if config.siblings:
+            few = sorted(k for k, v in index.items() if len(v) < config.min_blocks)
+            groups: dict[tuple, list[str]] = {}
+            for key, group in sibling_groups(few, default, engine.sched_classes).items():
+                groups.setdefault(group, []).append(key)
+            for keys in groups.values():
+                if len(keys) > 1 and sum(len(index[k]) for k in keys) >= config.min_blocks:
+                    self.members[keys[0]] = keys
+                    index[keys[0]] = sorted({b for k in keys for b in index[k]})
         self.index = {k: np.array(index[k]) for k in self.members}
         self.signed = self._errors(np.arange(len(blocks)), [self.table()])[0]  # (pred - truth) / truth
+
+    def _rows(self, key: str, row: dict) -> dict:
+        """``row`` for the searched row ``key`` and every row it stands for."""
+        return dict.fromkeys(self.members[key], row)
 
     def table(self, extra: dict | None = None, globals_: dict | None = None) -> ParamTable:
         """The current table, sparse: only the rows that differ from LLVM's (absent rows keep LLVM's values)."""
@@ -230,7 +235,7 @@ class Search:
             )
             if self.spent + len(idx) * len(candidates) > self.config.budget:
                 break
-            errs = self._errors(idx, [self.table(dict.fromkeys(self.members[key], r)) for _, _, r in candidates])
+            errs = self._errors(idx, [self.table(self._rows(key, r)) for _, _, r in candidates])
             reference, here = self.default.rows[key], distance(row, self.default.rows[key])
             price = self.config.prior * np.array([distance(r, reference) - here for _, _, r in candidates])
             # a sample's gain scaled to the row's blocks, less the prior's price of the step
@@ -240,13 +245,13 @@ class Search:
                 break
             column, step, row = candidates[best]
             if len(idx) < len(idx_all):  # judged on a sample: confirm on every block of the row
-                full = self._errors(idx_all, [self.table(dict.fromkeys(self.members[key], row))])[0]
+                full = self._errors(idx_all, [self.table(self._rows(key, row))])[0]
                 if np.abs(full).sum() + price[best] >= self.error[idx_all].sum():
                     break
                 self.signed[idx_all] = full
             else:
                 self.signed[idx] = errs[best]
-            self.changes.update(dict.fromkeys(self.members[key], row))
+            self.changes.update(self._rows(key, row))
             accepted.append(f"{'/'.join(self.members[key])} {column}{step:+d}")
         return accepted
 

@@ -53,7 +53,6 @@ std::string widest(const MCRegisterInfo &MRI, MCRegister R) {
   return MRI.getName(Top);
 }
 
-
 // Parsed text has no bytes: encode each instruction (a symbol's fixup leaves its
 // field zero, which does not change the length).
 void encode(const EngineImpl &E, MCContext &Ctx, BlockImpl &B) {

@@ -163,7 +163,10 @@ Simulated simulateOne(const EngineImpl &E, const BlockImpl &B, const TableImpl &
       if (Sync[I]) Facts[I].SyncUops = G.stack_sync_uops;
     auto drains = [&](const std::vector<bool> &Which, int Cycles) {
       for (size_t I = 0; I < Which.size(); ++I)
-        if (Which[I]) Facts[I].Drain = true, Facts[I].DrainCycles += (unsigned)Cycles;
+        if (Which[I]) {
+          Facts[I].Drain = true;
+          Facts[I].DrainCycles += (unsigned)Cycles;
+        }
     };
     if (G.zero_shift) drains(zeroShiftAssists(E, B, B.Memory && B.Memory->Exact), G.zero_shift_penalty);
     if (G.locked) {
