@@ -79,10 +79,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "structured.seconds": 300,
         "tune.steps": 400,
         "search.budget": 192_000,
-        # a log_scale unit away from LLVM's value (a halving) must buy 0.5 of
-        # summed train error (50 points of one block's error), and the search may
-        # halve a value; it also starts again from LLVM's table (docs/model.md: "A prior toward LLVM's values")
-        "search.prior": 0.5,
+        # the search may halve a value (the prior, 0.5 everywhere, counts a halving as
+        # one unit); it also starts again from LLVM's table (docs/model.md: "A prior toward LLVM's values")
         "search.halving": True,
         # rows in too few train blocks searched with their siblings (Zen+'s string ops)
         "search.siblings": True,

@@ -148,8 +148,10 @@ def test_a_toy_tuner_is_one_class_and_one_line(haswell, warehouse, monkeypatch):
     out = steps.learn(ctx, log=lambda *_: None)
     assert [h["stage"] for h in out["history"]] == ["toy"] * 5 + ["prune"]  # every composition ends pruned
     assert out["learned_val_mape"] <= out["default_val_mape"]
-    learned = tables.load_table(warehouse, out["table_id"])
-    assert learned.globals["dispatch_width"] in (2, 3, 4, 5, 6) and learned.rows == ctx.default_table()[1].rows
+    learned, default = tables.load_table(warehouse, out["table_id"]), ctx.default_table()[1]
+    # what the toy reached, or LLVM's where pruning's train check refuted it
+    assert learned.globals["dispatch_width"] in (2, 3, 4, 5, 6, default.globals["dispatch_width"])
+    assert learned.rows == default.rows
 
 
 def test_limits_and_the_port_rule_come_from_the_engine(haswell):

@@ -18,7 +18,11 @@ never saw:
   sibling group (below), with train blocks of its own, was learned to the same
   values (the search moves rows in too few blocks with their siblings, as one).
   Rows are visited by how many val blocks use them, most first, each judged on
-  those blocks under the table as pruned so far.
+  those blocks under the table as pruned so far. A row val keeps must also still
+  lower the summed error of its train blocks (the first ``train_blocks``) in that
+  table: the search moved it in the context of rows that pruning may have taken
+  back since, and val's few blocks can back a row its train blocks no longer need
+  (``ADD64rr`` given a second µop: 9 val blocks gained, its 72 train blocks lost).
 - **Sharing**: a row no train block uses takes the values learned for a sibling,
   an opcode of the same LLVM scheduling class and mnemonic apart from its width
   (``CMPSW`` from ``CMPSQ``) with the same LLVM values, where the sibling's learned
@@ -49,9 +53,12 @@ class PruneConfig:
     min_gain: float = 0.0
     # the most a row may worsen one val block's relative error and stay (0.20: 20 points)
     max_harm: float = 0.20
+    # a kept row must also lower the summed error of this many of its train blocks
+    # (the first ones) in the pruned table; 0: judged on val alone
+    train_blocks: int = 300
 
     def __post_init__(self):
-        for name in ("min_gain", "max_harm"):
+        for name in ("min_gain", "max_harm", "train_blocks"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"prune.{name} must be at least 0, got {getattr(self, name)!r}")
 
@@ -152,11 +159,20 @@ class Pruning:
         )
         return table, [history]
 
-    def _errors(self, problem: Problem, table: ParamTable, idx: np.ndarray) -> np.ndarray:
-        blocks = [problem.val_blocks[i] for i in idx]
-        result = problem.engine.simulate(blocks, table)
-        truth = problem.val_measured[idx]
+    def _errors(self, problem: Problem, table: ParamTable, idx: np.ndarray, split: str = "val") -> np.ndarray:
+        pool, measured = (
+            (problem.val_blocks, problem.val_measured) if split == "val" else (problem.blocks, problem.measured)
+        )
+        result = problem.engine.simulate([pool[i] for i in idx], table)
+        truth = measured[idx]
         return np.where(result.ok, np.abs(result.predicted(problem.measure) - truth) / truth, np.inf)
+
+    def _train_gains(self, problem: Problem, table: ParamTable, back: ParamTable, idx: list[int]) -> bool:
+        """Whether the train blocks ``idx`` have a lower summed error under ``table`` than ``back`` (none: yes)."""
+        if not idx:
+            return True
+        idx = np.array(idx, dtype=np.int64)
+        return bool(self._errors(problem, table, idx, "train").sum() < self._errors(problem, back, idx, "train").sum())
 
     def _prune(
         self, table: ParamTable, problem: Problem, only: list[str] | None = None, agreed: frozenset = frozenset()
@@ -164,10 +180,7 @@ class Pruning:
         """Judges every moved row and global on val (``only``: these rows); a row
         no val block uses stays only where it is in ``agreed``."""
         default = problem.default
-        users: dict[str, list[int]] = {}
-        for i, block in enumerate(problem.val_blocks):
-            for key in set(block.row_keys):
-                users.setdefault(key, []).append(i)
+        users, train_users = _users(problem.val_blocks), _users(problem.blocks, self.config.train_blocks)
         everyone = list(range(len(problem.val_blocks)))
         moved = [(g, everyone) for g in table.global_names() if table.globals.get(g) != default.globals.get(g)]
         moved += [
@@ -191,11 +204,18 @@ class Pruning:
                 kept += 1
                 continue
             idx = np.array(idx, dtype=np.int64)
-            without = self._errors(problem, _with(table, back_globals, back_rows), idx) if len(idx) else None
+            back = _with(table, back_globals, back_rows)
+            without = self._errors(problem, back, idx) if len(idx) else None
+            train = (
+                train_users.get(key, [])
+                if key in rows
+                else list(range(len(problem.blocks)))[: self.config.train_blocks]
+            )
             if (
                 without is not None
                 and errors[idx].sum() + self.config.min_gain < without.sum()
                 and np.max(errors[idx] - without) <= self.config.max_harm
+                and self._train_gains(problem, _with(table, globals_, rows), back, train)
             ):
                 kept += 1
                 continue
@@ -204,3 +224,12 @@ class Pruning:
                 errors[idx] = without
             reverted.append(key)
         return _with(table, globals_, rows), kept, reverted
+
+
+def _users(blocks: list, first: int | None = None) -> dict[str, list[int]]:
+    """The blocks that use each row, the first ``first`` of them."""
+    out: dict[str, list[int]] = {}
+    for i, block in enumerate(blocks):
+        for key in set(block.row_keys):
+            out.setdefault(key, []).append(i)
+    return {k: v[:first] for k, v in out.items()}

@@ -44,7 +44,7 @@ class SearchConfig:
     max_moves_per_row: int = 3  # accepted moves on one row per visit
     sample_blocks: int = 150  # a move is judged on at most this many of the row's blocks
     halving: bool = False  # also try halving values >= 4: reaches far-off values (znver1's 100-cycle placeholders)
-    prior: float = 0.0  # the train error (summed over blocks) a log_scale unit away from the default must buy
+    prior: float = 0.5  # the train error (summed over blocks) a log_scale unit away from the default must buy
     seed: int = 0
     repeats: int = 0  # then this search again from the tuners' result, while val falls, at most this often
 
