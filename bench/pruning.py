@@ -53,6 +53,8 @@ def main() -> None:
     data = splits(ctx)
     if args.unseen:
         data["unseen"] = unseen(engine, args.warehouse, args.unseen, args.data)
+        if not data["unseen"][0]:
+            raise SystemExit(f"every block of BHive's {args.mcpu} file is in {args.warehouse}: no unseen blocks")
     frame, train = ctx.blocks("train")
     problem = Problem(
         engine,
@@ -71,6 +73,7 @@ def main() -> None:
         ("stored", stored),
         ("pruned, val alone (train_blocks 0)", Pruning(replace(config, train_blocks=0)).tune(start, problem)[0]),
         (f"pruned, val and train ({config.train_blocks})", Pruning(config).tune(start, problem)[0]),
+        ("the same, no physics floors", Pruning(replace(config, physics=False)).tune(start, problem)[0]),
     ]
     base = {s: scored(engine, default, *data[s], None) for s in data}
     print(f"{args.warehouse}: {table_id}, -mcpu={args.mcpu}; " + ", ".join(f"{s} {len(data[s][0])}" for s in data))

@@ -4,6 +4,7 @@ and rows train never saw sharing a learned sibling's values."""
 
 import numpy as np
 
+from difftune_pipeline.engine import Engine, extended
 from difftune_pipeline.tuners.base import Problem
 from difftune_pipeline.tuners.pruning import PruneConfig, Pruning, physical
 
@@ -25,10 +26,21 @@ def test_a_latency_or_uops_below_one_is_raised_unless_llvm_has_it_below(haswell,
     learned.rows["AND8ri"] = _row(default, "AND8ri", latency=[0])
     learned.rows["ADD64ri8"] = _row(default, "ADD64ri8", uops=0, ports={"HWPort0156": 0})
     learned.rows[zero] = _row(default, zero, latency=[0])
+    learned.rows["MOV64rr"] = _row(default, "MOV64rr", latency=[0])  # Haswell eliminates register moves
     table, raised = physical(learned, default)
     assert sorted(raised) == ["ADD64ri8", "AND8ri"]
     assert table.rows["AND8ri"]["latency"] == [1] and table.rows[zero]["latency"] == [0]
+    assert table.rows["MOV64rr"]["latency"] == [0]
     assert table.rows["ADD64ri8"]["uops"] == 1 and table.rows["ADD64ri8"]["ports"]["HWPort0156"] == 0
+
+
+def test_a_move_keeps_its_floor_on_a_cpu_without_move_elimination():
+    sandy = Engine("sandybridge")
+    default = sandy.default_table()
+    learned = default.copy()
+    learned.rows["MOV64rr"] = _row(default, "MOV64rr", latency=[0])
+    assert physical(learned, default)[1] == ["MOV64rr"]
+    assert "MOV64rr" in extended.eliminable_moves("haswell") and not extended.eliminable_moves("sandybridge")
 
 
 def test_rows_that_val_does_not_back_go_back_to_llvms(haswell, haswell_train):

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from difftune_pipeline.engine import _engine
+
 
 @dataclass(frozen=True)
 class Global:
@@ -125,6 +127,10 @@ _FAMILY = {
 _ZEN_EXTENDED = ("memory", "stack_engine", "zero_shift")
 _INTEL = ("front_end", "memory", "stack_engine", "move_elimination", "locked")
 _OWN_MECHANISMS = {"sandybridge": _INTEL, "haswell": _INTEL, "skylake": _INTEL, "zen": _ZEN_EXTENDED}
+# CPUs that rename register-to-register moves away: Intel's from Ivy Bridge on
+# (Intel's optimization manual, "eliminating register moves"), AMD Zen (AMD's
+# software optimization guide for family 17h, "move elimination"); not Sandy Bridge.
+_KEEPS_MOVES = ("sandybridge", "corei7-avx")
 # The tool each µarch's measurements come from, hence its harness model.
 _HARNESS = {"zen": "nanobench"}
 # With fusion modelled by the front end, dispatch counts unfused µops, at most
@@ -142,6 +148,14 @@ def for_cpu(mcpu: str) -> tuple[str, ...]:
     if not supported(mcpu):
         return ()
     return _ZEN_EXTENDED if _FAMILY[mcpu] == "zen" else EXTENDED
+
+
+def eliminable_moves(mcpu: str) -> frozenset[str]:
+    """The move opcodes ``mcpu`` may rename away, so whose latency may be 0 (none
+    on a CPU without move elimination or without the extended model's rules)."""
+    if not supported(mcpu) or mcpu in _KEEPS_MOVES:
+        return frozenset()
+    return frozenset(_engine.eliminable_moves())
 
 
 def harness_for(mcpu: str) -> str:

@@ -9,7 +9,8 @@ never saw:
 
 - **Physics**: no latency below one cycle where LLVM's is at least one (a written
   register is read one cycle later at the earliest; LLVM's zero latencies, its
-  idioms and eliminated moves, stay reachable), and no instruction without a µop
+  idioms, stay reachable, and so does 0 for a register move the CPU eliminates:
+  Haswell's search takes ``MOV64rr`` there), and no instruction without a µop
   where LLVM gives it one.
 - **Pruning on val**: each learned row (and global) goes back to LLVM's value
   unless the val blocks that use it are predicted better with it, and none of
@@ -38,7 +39,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from difftune_pipeline.engine import ParamTable
+from difftune_pipeline.engine import ParamTable, extended
 from difftune_pipeline.engine.table import canonical_row
 from difftune_pipeline.tuners.base import Problem, sibling_groups
 
@@ -64,13 +65,16 @@ class PruneConfig:
 
 
 def physical(table: ParamTable, default: ParamTable) -> tuple[ParamTable, list[str]]:
-    """``table`` with each latency and its µops raised to ``min(1, LLVM's)``, and the rows it raised."""
+    """``table`` with each latency and its µops raised to ``min(1, LLVM's)``, and the
+    rows it raised; the latency of a move the CPU eliminates may stay at 0."""
     rows, raised = dict(table.rows), []
+    moves = extended.eliminable_moves(table.mcpu)
     for key, row in table.rows.items():
         base = default.rows.get(key)
         if base is None or len(base["latency"]) != len(row["latency"]):
             continue
-        latency = [max(v, min(1, b)) for v, b in zip(row["latency"], base["latency"])]
+        floor = 0 if key in moves else 1
+        latency = [max(v, min(floor, b)) for v, b in zip(row["latency"], base["latency"])]
         uops = max(row["uops"], min(1, base["uops"]))
         if latency != row["latency"] or uops != row["uops"]:
             rows[key] = canonical_row({**row, "latency": latency, "uops": uops})

@@ -110,6 +110,7 @@ NB_MODULE(_engine, m) {
   Limits["lock_penalty"] = nb::make_tuple(L::kLockPenaltyMin, L::kLockPenaltyMax);
   m.attr("LIMITS") = Limits;
   m.def("known_cpus", &dt::knownCpus, "x86 CPUs whose LLVM model has per-instruction scheduling data");
+  m.def("eliminable_moves", &dt::eliminableMoves, "the move opcodes that move elimination may rename away");
 
   nb::class_<dt::Block>(m, "Block")
       .def_prop_ro("ok", &dt::Block::ok)

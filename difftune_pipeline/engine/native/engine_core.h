@@ -226,4 +226,7 @@ struct Limits {
 // The x86 CPUs whose LLVM model has per-instruction scheduling data (the ones an Engine accepts).
 std::vector<std::string> knownCpus();
 
+// The register-to-register move opcodes that move elimination may rename away.
+std::vector<std::string> eliminableMoves();
+
 }  // namespace dt

@@ -26,6 +26,8 @@ const char *const kClasses[] = {"GR32", "GR64", "VR128", "VR256", "FR32", "FR64"
 
 }  // namespace
 
+std::vector<std::string> eliminableMoves() { return {moveOpcodes().begin(), moveOpcodes().end()}; }
+
 void describeMoveElimination(const EngineImpl &E, unsigned PerCycle, TableImpl &T) {
   T.CostTable.clear();
   for (unsigned C = 0; C < E.MRI->getNumRegClasses(); ++C) {
