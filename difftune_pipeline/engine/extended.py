@@ -128,8 +128,8 @@ _ZEN_EXTENDED = ("memory", "stack_engine", "zero_shift")
 _INTEL = ("front_end", "memory", "stack_engine", "move_elimination", "locked")
 _OWN_MECHANISMS = {"sandybridge": _INTEL, "haswell": _INTEL, "skylake": _INTEL, "zen": _ZEN_EXTENDED}
 # CPUs that rename register-to-register moves away: Intel's from Ivy Bridge on
-# (Intel's optimization manual, "eliminating register moves"), AMD Zen (AMD's
-# software optimization guide for family 17h, "move elimination"); not Sandy Bridge.
+# (Intel's optimization manual, "eliminating register moves") and AMD Zen (Agner
+# Fog's microarchitecture guide, Zen's "register move elimination"); not Sandy Bridge.
 _KEEPS_MOVES = ("sandybridge", "corei7-avx")
 # The tool each µarch's measurements come from, hence its harness model.
 _HARNESS = {"zen": "nanobench"}
