@@ -185,6 +185,7 @@ class Pruning:
         no val block uses stays only where it is in ``agreed``."""
         default = problem.default
         users, train_users = _users(problem.val_blocks), _users(problem.blocks, self.config.train_blocks)
+        first_train = list(range(min(len(problem.blocks), self.config.train_blocks)))  # a global's train blocks
         everyone = list(range(len(problem.val_blocks)))
         moved = [(g, everyone) for g in table.global_names() if table.globals.get(g) != default.globals.get(g)]
         moved += [
@@ -210,11 +211,7 @@ class Pruning:
             idx = np.array(idx, dtype=np.int64)
             back = _with(table, back_globals, back_rows)
             without = self._errors(problem, back, idx) if len(idx) else None
-            train = (
-                train_users.get(key, [])
-                if key in rows
-                else list(range(len(problem.blocks)))[: self.config.train_blocks]
-            )
+            train = train_users.get(key, []) if key in rows else first_train
             if (
                 without is not None
                 and errors[idx].sum() + self.config.min_gain < without.sum()
