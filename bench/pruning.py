@@ -72,6 +72,7 @@ def main() -> None:
         ("before pruning", start),
         ("stored", stored),
         ("pruned, val alone (train_blocks 0)", Pruning(replace(config, train_blocks=0)).tune(start, problem)[0]),
+        ("no val block harmed (harm_share 0)", Pruning(replace(config, harm_share=0)).tune(start, problem)[0]),
         (f"pruned, val and train ({config.train_blocks})", Pruning(config).tune(start, problem)[0]),
         ("the same, no physics floors", Pruning(replace(config, physics=False)).tune(start, problem)[0]),
     ]

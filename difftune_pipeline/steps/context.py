@@ -30,7 +30,7 @@ CODE_VERSIONS = {
     "sampled_tables": "2",
     "simulations": "2",
     "surrogate": "5",
-    "learned_params": "8",
+    "learned_params": "9",
     "evaluation": "6",
 }
 
