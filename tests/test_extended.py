@@ -219,6 +219,51 @@ def test_a_locked_instruction_waits_for_older_ones_to_retire(haswell, base):
     ]
 
 
+def test_loads_of_one_l1_bank_in_different_sets_do_not_issue_together():
+    """Sandy and Ivy Bridge: BHive measures ``movq 8(%rax), %r12 ; cmpq %rcx, 8(%rsp)`` at
+    2.0 cycles an iteration on Ivy Bridge (its loads 0x2324008 and 0x2324808: one bank,
+    two sets) and 1.0 on Haswell."""
+    ivy = Engine("ivybridge")
+    llvm = ivy.default_table()
+    on = llvm.with_model(extended.for_cpu("ivybridge"), "bhive")
+    off = llvm.with_model(extended.EXTENDED, "bhive")
+    assert "bank_conflict" in on.mechanisms and on.globals["bank_conflict_penalty"] == 1
+
+    def per_iteration(asm, table, harness_name="bhive"):
+        block = harness.accesses(ivy.parse_asm(asm), harness_name).attach(ivy.parse_asm(asm))
+        return float(ivy.simulate([block], table).steady[0]) / 100
+
+    conflict = "movq 8(%rax), %r12\ncmpq %rcx, 8(%rsp)"
+    assert per_iteration(conflict, off) == pytest.approx(1.0, abs=0.05)
+    assert per_iteration(conflict, on) == pytest.approx(2.0, abs=0.05)
+    assert per_iteration(conflict, model(on, on.mechanisms, "bhive", bank_conflict_penalty=0)) == per_iteration(
+        conflict, off
+    )
+    # the same line (one set), other banks, or addresses without a harness model: no conflict
+    for asm in ("movq 8(%rax), %r12\nmovq 8(%rax), %r13", "movq 8(%rax), %r12\nmovq 16(%rsp), %r13"):
+        assert per_iteration(asm, on) == per_iteration(asm, off)
+    symbolic = on.with_model(on.mechanisms, "none")
+    assert per_iteration(conflict, symbolic, "none") == per_iteration(conflict, off.with_model(off.mechanisms), "none")
+    # a load still waiting for its address holds no younger one: no chain through the pointer it loads
+    chase = "movq 40(%rsp), %rax\nmovq 104(%rax), %rbx\ntestq %rbx, %rbx"
+    assert per_iteration(chase, on) == per_iteration(chase, off)
+
+
+def test_bank_conflicts_are_sandy_and_ivy_bridges_and_need_memory(haswell, base):
+    with pytest.raises(ValueError, match="bank_conflict is not a mechanism of haswell"):
+        base.with_model(("memory", "bank_conflict"), "bhive")
+    forced = model(base, ("memory",), "bhive")
+    forced.mechanisms = ("memory", "bank_conflict")
+    forced.globals["bank_conflict_penalty"] = 1
+    with pytest.raises(InvalidTable, match="bank_conflict is Sandy and Ivy Bridge's"):
+        haswell.compile(forced)
+    ivy = Engine("ivybridge")
+    alone = ivy.default_table().with_model(("bank_conflict",), "bhive")
+    with pytest.raises(InvalidTable, match="bank_conflict needs memory"):
+        ivy.compile(alone)
+    assert extended.parse("extended", "ivybridge") == ("front_end", "memory", "stack_engine", "bank_conflict")
+
+
 def test_move_elimination(haswell, base):
     """A chain of register moves costs a cycle a move in llvm-mca's model; renamed
     away it costs nothing but issue slots, and a limit of one a cycle sits between."""

@@ -256,6 +256,7 @@ class _Globals(BaseModel):
     moves_eliminated: _int("moves_eliminated") | None = None
     zero_shift_penalty: _int("zero_shift_penalty") | None = None
     lock_penalty: _int("lock_penalty") | None = None
+    bank_conflict_penalty: _int("bank_conflict_penalty") | None = None
 
 
 class _Model(BaseModel):

@@ -56,6 +56,7 @@ dt::Globals globalsFromDict(nb::dict G) {
   Gl.move_elimination = flag("move_elimination");
   Gl.zero_shift = flag("zero_shift");
   Gl.locked = flag("locked");
+  Gl.bank_conflict = flag("bank_conflict");
   auto get = [&](const char *K, int &V) {
     if (!G.contains(K)) throw dt::InvalidTable(std::string("globals: ") + K + " is missing");
     V = nb::cast<int>(G[K]);
@@ -77,6 +78,7 @@ dt::Globals globalsFromDict(nb::dict G) {
   if (Gl.move_elimination) get("moves_eliminated", Gl.moves_eliminated);
   if (Gl.zero_shift) get("zero_shift_penalty", Gl.zero_shift_penalty);
   if (Gl.locked) get("lock_penalty", Gl.lock_penalty);
+  if (Gl.bank_conflict) get("bank_conflict_penalty", Gl.bank_conflict_penalty);
   return Gl;
 }
 
@@ -108,6 +110,7 @@ NB_MODULE(_engine, m) {
   Limits["moves_eliminated"] = nb::make_tuple(L::kMovesEliminatedMin, L::kMovesEliminatedMax);
   Limits["zero_shift_penalty"] = nb::make_tuple(L::kZeroShiftPenaltyMin, L::kZeroShiftPenaltyMax);
   Limits["lock_penalty"] = nb::make_tuple(L::kLockPenaltyMin, L::kLockPenaltyMax);
+  Limits["bank_conflict_penalty"] = nb::make_tuple(L::kBankConflictPenaltyMin, L::kBankConflictPenaltyMax);
   m.attr("LIMITS") = Limits;
   m.def("known_cpus", &dt::knownCpus, "x86 CPUs whose LLVM model has per-instruction scheduling data");
   m.def("eliminable_moves", &dt::eliminableMoves, "the move opcodes that move elimination may rename away");

@@ -40,7 +40,7 @@ struct Globals {
   // The extended model's mechanisms (all off: llvm-mca's own pipeline). A
   // mechanism's parameters are read only when it is on.
   bool front_end = false, memory = false, stack_engine = false, move_elimination = false, zero_shift = false,
-       locked = false;
+       locked = false, bank_conflict = false;
   int predecode_bytes = 0;       // instruction bytes predecoded per cycle
   int decoders = 0;              // instructions decoded per cycle
   int simple_decoder_uops = 0;   // fused µops a decoder other than the first can emit
@@ -54,7 +54,10 @@ struct Globals {
   int moves_eliminated = 0;      // register moves renamed away per cycle
   int zero_shift_penalty = 0;    // cycles of the assist before a flags read after a zero-count shift (Zen+)
   int lock_penalty = 0;          // cycles a locked instruction waits once every older one has retired (Intel)
-  bool any() const { return front_end || memory || stack_engine || move_elimination || zero_shift || locked; }
+  int bank_conflict_penalty = 0; // cycles a load waits after an older one of the same L1 bank issues (Sandy Bridge)
+  bool any() const {
+    return front_end || memory || stack_engine || move_elimination || zero_shift || locked || bank_conflict;
+  }
 };
 
 // One memory access of one instruction in one iteration of a block (what a
@@ -221,6 +224,7 @@ struct Limits {
   static constexpr int kMovesEliminatedMin = 1, kMovesEliminatedMax = 16;
   static constexpr int kZeroShiftPenaltyMin = 0, kZeroShiftPenaltyMax = 1000;
   static constexpr int kLockPenaltyMin = 0, kLockPenaltyMax = 1000;
+  static constexpr int kBankConflictPenaltyMin = 0, kBankConflictPenaltyMax = 8;
 };
 
 // The x86 CPUs whose LLVM model has per-instruction scheduling data (the ones an Engine accepts).

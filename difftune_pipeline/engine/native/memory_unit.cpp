@@ -1,5 +1,7 @@
 #include "memory_unit.h"
 
+#include <algorithm>
+
 using namespace llvm;
 
 namespace dt {
@@ -15,6 +17,19 @@ bool contains(const Access &Outer, const Access &Inner) {
 bool alias4k(const Access &X, const Access &Y) {
   return !overlap(X.address, X.size, Y.address, Y.size) &&
          overlap(X.address & 0xfff, X.size, Y.address & 0xfff, Y.size);
+}
+
+// The L1 banks (address bits 2-5) an access reads, as a mask of 16.
+unsigned banks(const Access &A) {
+  unsigned Mask = 0;
+  for (uint64_t Word = A.address >> 2; Word <= (A.address + A.size - 1) >> 2 && Mask != 0xffff; ++Word)
+    Mask |= 1u << (Word & 15);
+  return Mask;
+}
+
+// Two loads conflict in the L1 when they read one bank of two different sets (bits 6-12).
+bool bankConflict(const Access &X, const Access &Y) {
+  return ((X.address >> 6) & 0x7f) != ((Y.address >> 6) & 0x7f) && (banks(X) & banks(Y));
 }
 
 }  // namespace
@@ -51,6 +66,34 @@ MemoryUnit::Store *MemoryUnit::storeOf(unsigned Group) {
   return nullptr;
 }
 
+MemoryUnit::Load *MemoryUnit::loadOf(unsigned Group) {
+  for (Load &L : Loads)
+    if (L.Group == Group) return &L;
+  return nullptr;
+}
+
+// A load waits for every older load in flight that reads one of its banks in
+// another set, and is recorded for the younger ones.
+void MemoryUnit::waitForBanks(const std::vector<Access> &Mine, unsigned G, std::vector<unsigned> Feeds,
+                              const mca::InstRef &IR) {
+  Loads.erase(std::remove_if(Loads.begin(), Loads.end(), [&](const Load &L) { return !isValidGroupID(L.Bank); }),
+              Loads.end());
+  for (const Load &Older : Loads) {
+    if (Older.Inst->isDispatched() || Older.Inst->isPending() ||
+        std::any_of(Older.Feeds.begin(), Older.Feeds.end(), [&](unsigned F) { return isValidGroupID(F); }))
+      continue;
+    bool Conflict = false;
+    for (const Access &X : Mine)
+      for (const Access &Y : Older.Reads) Conflict |= !X.store && bankConflict(X, Y);
+    if (Conflict) getGroup(Older.Bank).addSuccessor(&getGroup(G), true);
+  }
+  std::vector<Access> Reads;
+  for (const Access &A : Mine)
+    if (!A.store) Reads.push_back(A);
+  if (!Reads.empty())
+    Loads.push_back({G, standIn(), IR.getSourceIndex(), IR.getInstruction(), std::move(Reads), std::move(Feeds)});
+}
+
 unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
   const mca::Instruction &IS = *IR.getInstruction();
   if (IS.getMayLoad()) acquireLQSlot();
@@ -67,6 +110,7 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
     // stores to those bytes are superseded (a failed forward waits for the
     // youngest to retire, and the older ones retire before it).
     std::vector<bool> Served(Mine.size());
+    std::vector<unsigned> Feeds;
     for (auto S = Stores.rbegin(); S != Stores.rend(); ++S) {
       bool Forward = false, Fail = false, Alias = false;
       for (size_t I = 0; I < Mine.size(); ++I) {
@@ -84,8 +128,12 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
         Fail |= Reads && !Whole;
       }
       const unsigned From = Fail ? S->Fail : Forward ? S->Forward : Alias ? S->Alias : 0;
-      if (From && isValidGroupID(From)) getGroup(From).addSuccessor(&Group, true);
+      if (From && isValidGroupID(From)) {
+        getGroup(From).addSuccessor(&Group, true);
+        Feeds.push_back(From);
+      }
     }
+    if (BankDelay && Map.Exact) waitForBanks(Mine, G, std::move(Feeds), IR);
   }
   if (IS.getMayStore()) Stores.push_back({G, standIn(), standIn(), standIn(), IR.getSourceIndex(), Mine});
   return G;
@@ -97,6 +145,10 @@ void MemoryUnit::onInstructionIssued(const mca::InstRef &IR) {
   LSUnitBase::onInstructionIssued(IR);
   if (Store *S = storeOf(IR.getInstruction()->getLSUTokenID()))
     for (unsigned G : {S->Forward, S->Alias, S->Fail}) getGroup(G).onInstructionIssued(IR);
+  if (Load *L = loadOf(IR.getInstruction()->getLSUTokenID())) {
+    getGroup(L->Bank).onInstructionIssued(IR);
+    schedule(L->Bank, BankDelay, IR.getSourceIndex());
+  }
 }
 
 // A stand-in completes through the base class (which then forgets it), with
@@ -134,9 +186,15 @@ bool MemoryUnit::waitedFor(const Store &S) const {
 }
 
 unsigned MemoryUnit::oldestReferenced() const {
+  unsigned Oldest = ~0u;
   for (const Store &S : Stores)
-    if (waitedFor(S)) return S.SourceIndex;
-  return ~0u;
+    if (waitedFor(S)) {
+      Oldest = S.SourceIndex;
+      break;
+    }
+  for (const Load &L : Loads)
+    if (isValidGroupID(L.Bank)) Oldest = std::min(Oldest, L.SourceIndex);
+  return Oldest;
 }
 
 void MemoryUnit::cycleEvent() {

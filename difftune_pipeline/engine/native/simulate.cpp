@@ -109,7 +109,8 @@ std::unique_ptr<mca::Pipeline> extendedPipeline(mca::Context &Ctx, const MCSubta
   const MemoryUnit *Memory = nullptr;
   if (G.memory && B.Memory) {
     auto M = std::make_unique<MemoryUnit>(SM, *B.Memory, B.Insts.size(), G.store_forward_latency,
-                                          G.alias_4k_penalty, G.store_forward_fail_penalty);
+                                          G.alias_4k_penalty, G.store_forward_fail_penalty,
+                                          G.bank_conflict ? G.bank_conflict_penalty : 0);
     Memory = M.get();
     LSU = std::move(M);
   } else {

@@ -55,6 +55,10 @@ void applyGlobals(const EngineImpl &E, const Globals &G, const Globals &Default,
                            " follows Intel's rules: not a mechanism of " + E.Mcpu);
   if (G.zero_shift && E.Gen != EngineImpl::Family::Zen)
     invalid("globals", "zero_shift is AMD Zen+'s: not a mechanism of " + E.Mcpu);
+  if (G.bank_conflict && E.Gen != EngineImpl::Family::SandyBridge)
+    invalid("globals", "bank_conflict is Sandy and Ivy Bridge's: not a mechanism of " + E.Mcpu);
+  if (G.bank_conflict && !G.memory)
+    invalid("globals", "bank_conflict needs memory: it reads the addresses the memory mechanism is given");
   if (G.front_end) {
     checkRange("globals", "predecode_bytes", G.predecode_bytes, Limits::kPredecodeBytesMin,
                Limits::kPredecodeBytesMax);
@@ -83,6 +87,9 @@ void applyGlobals(const EngineImpl &E, const Globals &G, const Globals &Default,
                Limits::kZeroShiftPenaltyMax);
   if (G.locked)
     checkRange("globals", "lock_penalty", G.lock_penalty, Limits::kLockPenaltyMin, Limits::kLockPenaltyMax);
+  if (G.bank_conflict)
+    checkRange("globals", "bank_conflict_penalty", G.bank_conflict_penalty, Limits::kBankConflictPenaltyMin,
+               Limits::kBankConflictPenaltyMax);
   if (G.move_elimination)
     checkRange("globals", "moves_eliminated", G.moves_eliminated, Limits::kMovesEliminatedMin,
                Limits::kMovesEliminatedMax);
