@@ -7,7 +7,7 @@ saw) MAPE and τ of the steady state and the share of blocks more than 20 points
 worse than LLVM's values under the chosen model.
 
     .venv/bin/python bench/pruning.py --warehouse W.duckdb [--mcpu haswell] [--profile full] \
-        [--unseen 1000 --data ../shared/data]
+        [--unseen 1000 --data ../shared/data] [--harm-share 0.1 ...]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ def main() -> None:
     parser.add_argument("--mcpu", default="haswell")
     parser.add_argument("--profile", default="sample", help="the profile the warehouse was tuned with")
     parser.add_argument("--unseen", type=int, default=0)
+    parser.add_argument("--harm-share", type=float, nargs="*", default=[], help="more prune.harm_share values")
     add_data_argument(parser)
     args = parser.parse_args()
     engine = Engine(args.mcpu)
@@ -76,6 +77,8 @@ def main() -> None:
         (f"pruned, val and train ({config.train_blocks})", Pruning(config).tune(start, problem)[0]),
         ("the same, no physics floors", Pruning(replace(config, physics=False)).tune(start, problem)[0]),
     ]
+    for share in args.harm_share:
+        rules.append((f"harm_share {share}", Pruning(replace(config, harm_share=share)).tune(start, problem)[0]))
     base = {s: scored(engine, default, *data[s], None) for s in data}
     print(f"{args.warehouse}: {table_id}, -mcpu={args.mcpu}; " + ", ".join(f"{s} {len(data[s][0])}" for s in data))
     print(
