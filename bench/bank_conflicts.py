@@ -23,9 +23,14 @@ def banks(address: int, size: int) -> int:
     return sum({1 << (word & 15) for word in range(address >> 2, ((address + size - 1) >> 2) + 1)})
 
 
+def first_loads(block) -> list[tuple[int, int]]:
+    """(address, width) of each load of the block's first iteration."""
+    return [(a, s) for it, _, a, s, store in block.accesses if it == 0 and not store]
+
+
 def conflicting(block) -> bool:
     """Whether two loads of the block's first iteration read one bank in different sets."""
-    loads = [(a, s) for it, _, a, s, store in block.accesses if it == 0 and not store]
+    loads = first_loads(block)
     return any(
         (a >> 6) & 0x7F != (b >> 6) & 0x7F and banks(a, s) & banks(b, t)
         for i, (a, s) in enumerate(loads)
@@ -48,7 +53,7 @@ def main() -> None:
                 truth.append(cycles)
         truth = np.array(truth)
         hit = np.array([b.exact_accesses and conflicting(b) for b in blocks])
-        two = np.array([sum(1 for a in b.accesses if a[0] == 0 and not a[4]) >= 2 for b in blocks])
+        two = np.array([len(first_loads(b)) >= 2 for b in blocks])
         slices = {"conflict": hit, "two loads, no conflict": two & ~hit, "the rest": ~hit}
         llvm = engine.default_table(blocks)
         tables = [("extended without bank_conflict", llvm.with_model(extended.EXTENDED, "bhive"))]

@@ -230,7 +230,8 @@ def test_loads_of_one_l1_bank_in_different_sets_do_not_issue_together():
     assert "bank_conflict" in on.mechanisms and on.globals["bank_conflict_penalty"] == 1
 
     def per_iteration(asm, table, harness_name="bhive"):
-        block = harness.accesses(ivy.parse_asm(asm), harness_name).attach(ivy.parse_asm(asm))
+        block = ivy.parse_asm(asm)
+        block = harness.accesses(block, harness_name).attach(block)
         return float(ivy.simulate([block], table).steady[0]) / 100
 
     conflict = "movq 8(%rax), %r12\ncmpq %rcx, 8(%rsp)"
@@ -391,6 +392,17 @@ def test_engine_refuses_out_of_range_parameters_and_unsupported_cpus(haswell, ba
 )
 def test_model_names(name, mechanisms):
     assert extended.parse(name) == mechanisms
+
+
+def test_auto_weighs_each_mechanism_only_a_generation_has():
+    intel = ("front_end", "memory", "stack_engine")
+    assert extended.candidates("ivybridge") == {
+        (): "llvm-mca",
+        intel: "extended without bank_conflict",
+        (*intel, "bank_conflict"): "extended",
+    }
+    assert extended.candidates("haswell") == {(): "llvm-mca", intel: "extended"}
+    assert list(extended.candidates("znver1").values()) == ["llvm-mca", "extended without zero_shift", "extended"]
 
 
 def test_extended_is_each_generations_own():

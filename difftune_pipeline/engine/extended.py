@@ -126,8 +126,6 @@ PARAMETERS: dict[str, tuple[str, ...]] = {
 # and adding it to llvm-mca's learned table took 12.57% to 13.03% (Ivy Bridge
 # and Skylake: worse too). See docs/results.md.
 EXTENDED = ("front_end", "memory", "stack_engine")
-# Sandy and Ivy Bridge add their L1 bank conflicts.
-_SANDY_EXTENDED = (*EXTENDED, "bank_conflict")
 # Harness models (difftune_pipeline.harness); "none": addresses by symbolic
 # equality of address expressions.
 HARNESSES = ("none", "bhive", "nanobench")
@@ -139,8 +137,10 @@ _FAMILY = {
     **dict.fromkeys(("skylake", "skylake-avx512", "cascadelake"), "skylake"),
     "znver1": "zen",
 }
-# What ``extended`` turns on for Zen+, and the mechanisms each generation has.
+# What ``extended`` turns on where it is not Intel's common set (Sandy and Ivy
+# Bridge add their L1 bank conflicts), and the mechanisms each generation has.
 _ZEN_EXTENDED = ("memory", "stack_engine", "zero_shift")
+_EXTENDED_OF = {"zen": _ZEN_EXTENDED, "sandybridge": (*EXTENDED, "bank_conflict")}
 _INTEL = ("front_end", "memory", "stack_engine", "move_elimination", "locked")
 _OWN_MECHANISMS = {
     "sandybridge": (*_INTEL, "bank_conflict"),
@@ -168,7 +168,21 @@ def for_cpu(mcpu: str) -> tuple[str, ...]:
     """What ``extended`` turns on for ``mcpu`` (() where it has no rules)."""
     if not supported(mcpu):
         return ()
-    return {"zen": _ZEN_EXTENDED, "sandybridge": _SANDY_EXTENDED}.get(_FAMILY[mcpu], EXTENDED)
+    return _EXTENDED_OF.get(_FAMILY[mcpu], EXTENDED)
+
+
+def candidates(mcpu: str) -> dict[tuple[str, ...], str]:
+    """The models ``auto`` chooses among on val, simplest first (a tie goes to
+    the first), with their names: llvm-mca, ``extended`` without each mechanism
+    its generation adds to Intel's common set (Ivy Bridge's bank conflicts,
+    Zen+'s zero-count shift), and ``extended``."""
+    full = for_cpu(mcpu)
+    out = {(): PLAIN}
+    for m in full:
+        if m not in EXTENDED:
+            out[tuple(x for x in full if x != m)] = f"extended without {m}"
+    out[full] = "extended"
+    return out
 
 
 def eliminable_moves(mcpu: str) -> frozenset[str]:

@@ -115,14 +115,7 @@ class StepContext:
             elif stored is not None:
                 chosen = stored[1], f"auto: as default_params chose ({stored[0]})"
             else:
-                llvm, full = self.llvm_default(), extended.for_cpu(self.uarch)
-                # llvm-mca, extended, and extended without each mechanism its generation
-                # adds to Intel's common set (Ivy Bridge's bank conflicts): kept where val gains
-                candidates = {(): extended.PLAIN}
-                for m in full:
-                    if m not in extended.EXTENDED:
-                        candidates[tuple(x for x in full if x != m)] = f"extended without {m}"
-                candidates[full] = "extended"
+                llvm, candidates = self.llvm_default(), extended.candidates(self.uarch)
                 scores = {c: self.score(llvm.with_model(c, name) if c else llvm, "val")[0] for c in candidates}
                 pick = min(scores, key=scores.get)  # a tie goes to the simpler model, listed first
                 chosen = (
