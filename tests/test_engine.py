@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from conftest import TEST_DATA
-from difftune_pipeline.engine import Engine, InvalidTable, ParamTable
+from difftune_pipeline import harness
+from difftune_pipeline.engine import Engine, InvalidTable, ParamTable, extended
 from difftune_pipeline.engine.reference import llvm_mca_many
 
 
@@ -271,6 +272,17 @@ def test_fast_forward_is_opt_in_and_close(haswell, sample_rows):
         haswell.simulate(chain, iterations=1000, fast_forward=True).cycles[0]
         == haswell.simulate(chain, iterations=1000).cycles[0]
     )
+
+
+def test_fast_forward_waits_for_a_fill_to_end(haswell):
+    """Stores filling the store buffer repeat twice with a long period before the
+    steady state begins: fast-forward must not take that for the steady state."""
+    table = haswell.default_table().with_model(extended.for_cpu("haswell"), "bhive")
+    block = haswell.parse_asm("movq 120(%rsp), %rdi\nxorl %esi, %esi\nmovq %r8, 128(%rsp)")
+    block = harness.accesses(block, "bhive").attach(block)
+    full = haswell.simulate([block], table)
+    assert full.steady.tolist() == [100.0]
+    assert haswell.simulate([block], table, fast_forward=True).steady.tolist() == [100.0]
 
 
 def test_partially_overlapping_port_groups_are_refused(haswell):

@@ -108,3 +108,22 @@ def test_rows_in_too_few_blocks_are_searched_with_their_siblings_as_one(haswell)
     best, _ = search(haswell, blocks, measured, default, score, config, log=lambda *_: None)
     assert best.rows["CMPSL"] == best.rows["CMPSQ"] != default.rows["CMPSQ"]
     assert score(best) < score(default)
+
+
+def test_train_simulations_fast_forward_as_configured(haswell, haswell_train, monkeypatch):
+    """The search's own simulations stop once iterations repeat (its setting);
+    the val score it is handed is not its business."""
+    blocks, measured = haswell_train
+    default = haswell.default_table(blocks)
+    simulate_pairs, seen = haswell.simulate_pairs, []
+
+    def spy(*args, fast_forward=False, **kwargs):
+        seen.append(fast_forward)
+        return simulate_pairs(*args, fast_forward=fast_forward, **kwargs)
+
+    monkeypatch.setattr(haswell, "simulate_pairs", spy)
+    for fast_forward in (True, False):
+        seen.clear()
+        config = SearchConfig(budget=2000, rounds=1, fast_forward=fast_forward)
+        search(haswell, blocks, measured, default, lambda t: 0.0, config, log=lambda *_: None)
+        assert len(seen) > 1 and set(seen) == {fast_forward}

@@ -30,7 +30,7 @@ CODE_VERSIONS = {
     "sampled_tables": "2",
     "simulations": "2",
     "surrogate": "5",
-    "learned_params": "9",
+    "learned_params": "10",
     "evaluation": "6",
 }
 

@@ -2,16 +2,20 @@
 
 #include "llvm/MCA/Instruction.h"
 
+#include <algorithm>
+
 using namespace llvm;
 
 namespace dt {
 
-// The smallest period P such that the last kWindow per-iteration increments of
-// the first K iterations repeat with it; 0 when none does.
-size_t MonitorStage::period(size_t K) const {
-  for (size_t P = 1; P <= kMaxPeriod && kWindow + P + 1 < K; ++P) {
+// The smallest period P such that the last max(kWindow, Repeats * P)
+// per-iteration increments of the first K iterations repeat with it; 0 when none does.
+size_t MonitorStage::period(size_t K, size_t Repeats) const {
+  for (size_t P = 1; P <= kMaxPeriod; ++P) {
+    const size_t Window = std::max(kWindow, Repeats * P);
+    if (Window + P + 1 >= K) break;
     bool Periodic = true;
-    for (size_t J = 0; J < kWindow && Periodic; ++J)
+    for (size_t J = 0; J < Window && Periodic; ++J)
       Periodic = delta(K - 1 - J) == delta(K - 1 - J - P);
     if (Periodic) return P;
   }
@@ -23,7 +27,7 @@ size_t MonitorStage::period(size_t K) const {
 void MonitorStage::detect() {
   const size_t K = Retired.size();
   if (K >= Iterations) return;
-  const size_t P = period(K);
+  const size_t P = period(K, kSkipRepeats);
   if (!P) return;
   PeriodAt = K, Period = P;
   const size_t Remaining = Iterations - K;

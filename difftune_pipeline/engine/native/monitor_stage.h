@@ -20,6 +20,10 @@ class MonitorStage final : public llvm::mca::Stage, public llvm::mca::HWEventLis
   // Iterations at the end of a run left out of its steady state: the last ones
   // retire with no younger instruction competing, which the drain shows.
   static constexpr size_t kDrain = 4;
+  // Fast-forward trusts a period only once it has repeated this often: a fill
+  // (stores filling the store buffer) can repeat twice with a long period before
+  // the steady state begins.
+  static constexpr size_t kSkipRepeats = 4;
   const uint64_t Cap;
   const unsigned BlockSize, Iterations;
   const bool FastForward;
@@ -29,7 +33,7 @@ class MonitorStage final : public llvm::mca::Stage, public llvm::mca::HWEventLis
   size_t PeriodAt = 0, Period = 0;  // the repeating cycles found: in the last kWindow of the first PeriodAt iterations
 
   uint64_t delta(size_t I) const { return Retired[I] - Retired[I - 1]; }
-  size_t period(size_t K) const;
+  size_t period(size_t K, size_t Repeats = 2) const;
   void detect();
 
  public:
