@@ -22,8 +22,9 @@ size_t MonitorStage::period(size_t K, size_t Repeats) const {
   return 0;
 }
 
-// Once the last kWindow per-iteration increments are periodic with some
-// period P, the remaining iterations are taken to follow the same pattern.
+// Once the last max(kWindow, kSkipRepeats * P) per-iteration increments are
+// periodic with some period P, the remaining iterations are taken to follow the
+// same pattern.
 void MonitorStage::detect() {
   const size_t K = Retired.size();
   if (K >= Iterations) return;

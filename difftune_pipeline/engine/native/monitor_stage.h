@@ -24,13 +24,16 @@ class MonitorStage final : public llvm::mca::Stage, public llvm::mca::HWEventLis
   // (stores filling the store buffer) can repeat twice with a long period before
   // the steady state begins.
   static constexpr size_t kSkipRepeats = 4;
+  // A run simulated to the end finds its steady state with two repeats: within kWindow.
+  static_assert(2 * kMaxPeriod <= kWindow, "the steady state's window must hold two periods");
   const uint64_t Cap;
   const unsigned BlockSize, Iterations;
   const bool FastForward;
   uint64_t Cycles = 0;
   std::vector<uint64_t> Retired;  // cycle in which each iteration's last instruction retired
 
-  size_t PeriodAt = 0, Period = 0;  // the repeating cycles found: in the last kWindow of the first PeriodAt iterations
+  // The repeating cycles found: in the last max(kWindow, kSkipRepeats * Period) of the first PeriodAt iterations.
+  size_t PeriodAt = 0, Period = 0;
 
   uint64_t delta(size_t I) const { return Retired[I] - Retired[I - 1]; }
   size_t period(size_t K, size_t Repeats = 2) const;
