@@ -272,6 +272,11 @@ def test_fast_forward_is_opt_in_and_close(haswell, sample_rows):
         haswell.simulate(chain, iterations=1000, fast_forward=True).cycles[0]
         == haswell.simulate(chain, iterations=1000).cycles[0]
     )
+    # a run fast-forward finds would end past the cycle cap fails as it does simulated to the end
+    cap = int(haswell.simulate(chain, iterations=1000).cycles[0]) // 2
+    for fast_forward in (False, True):
+        result = haswell.simulate(chain, iterations=1000, cycle_cap=cap, fast_forward=fast_forward)
+        assert result.status == [f"cycle cap of {cap} cycles exceeded"] and result.cycles.tolist() == [-1]
 
 
 def test_fast_forward_waits_for_a_fill_to_end(haswell):

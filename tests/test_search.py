@@ -111,8 +111,9 @@ def test_rows_in_too_few_blocks_are_searched_with_their_siblings_as_one(haswell)
 
 
 def test_train_simulations_fast_forward_as_configured(haswell, haswell_train, monkeypatch):
-    """The search's own simulations stop once iterations repeat (its setting);
-    the val score it is handed is not its business."""
+    """The search's own simulations stop once iterations repeat (its setting)
+    where it tunes the steady state; Total Cycles, which fast-forward extrapolates,
+    are simulated to the end. The val score it is handed is not its business."""
     blocks, measured = haswell_train
     default = haswell.default_table(blocks)
     simulate_pairs, seen = haswell.simulate_pairs, []
@@ -122,8 +123,8 @@ def test_train_simulations_fast_forward_as_configured(haswell, haswell_train, mo
         return simulate_pairs(*args, fast_forward=fast_forward, **kwargs)
 
     monkeypatch.setattr(haswell, "simulate_pairs", spy)
-    for fast_forward in (True, False):
+    for fast_forward, measure in ((True, "steady"), (False, "steady"), (True, "total")):
         seen.clear()
         config = SearchConfig(budget=2000, rounds=1, fast_forward=fast_forward)
-        search(haswell, blocks, measured, default, lambda t: 0.0, config, log=lambda *_: None)
-        assert len(seen) > 1 and set(seen) == {fast_forward}
+        search(haswell, blocks, measured, default, lambda t: 0.0, config, log=lambda *_: None, measure=measure)
+        assert len(seen) > 1 and set(seen) == {fast_forward and measure == "steady"}

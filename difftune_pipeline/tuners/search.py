@@ -47,9 +47,10 @@ class SearchConfig:
     prior: float = 0.5  # the train error (summed over blocks) a log_scale unit away from the default must buy
     seed: int = 0
     repeats: int = 0  # then this search again from the tuners' result, while val falls, at most this often
-    # train simulations stop once their iterations repeat (the engine's fast_forward): about
-    # twice as fast, and the steady state equal on ~99% of blocks (bench/engine_fast_forward.py);
-    # val, pruning and the evaluation still simulate every iteration
+    # train simulations stop once their iterations repeat (the engine's fast_forward) where
+    # the steady state is tuned on: about twice as fast, and the steady state equal on ~99% of
+    # blocks (bench/engine_fast_forward.py); val, pruning and the evaluation simulate every
+    # iteration, and so does a search on Total Cycles (which fast-forward extrapolates)
     fast_forward: bool = True
 
     def __post_init__(self):
@@ -209,7 +210,7 @@ class Search:
             tables,
             np.tile(idx, len(tables)),
             np.repeat(np.arange(len(tables)), n),
-            fast_forward=self.config.fast_forward,
+            fast_forward=self.config.fast_forward and self.measure == "steady",
         )
         self.spent += n * len(tables)
         truth = np.tile(self.measured[idx], len(tables))

@@ -24,7 +24,8 @@ size_t MonitorStage::period(size_t K, size_t Repeats) const {
 
 // Once the last max(kWindow, kSkipRepeats * P) per-iteration increments are
 // periodic with some period P, the remaining iterations are taken to follow the
-// same pattern.
+// same pattern; a run that would then end past the cycle budget fails as it would
+// simulated to the end.
 void MonitorStage::detect() {
   const size_t K = Retired.size();
   if (K >= Iterations) return;
@@ -34,7 +35,10 @@ void MonitorStage::detect() {
   const size_t Remaining = Iterations - K;
   uint64_t Last = Retired[K - 1] + (Remaining / P) * (Retired[K - 1] - Retired[K - 1 - P]);
   for (size_t J = 0; J < Remaining % P; ++J) Last += delta(K - P + J);
-  Extrapolated = Last + 1;
+  if (Last + 1 > Cap)
+    OverCap = true;
+  else
+    Extrapolated = Last + 1;
 }
 
 double MonitorStage::steady() const {
@@ -57,13 +61,13 @@ void MonitorStage::onEvent(const mca::HWInstructionEvent &E) {
       E.IR.getSourceIndex() % BlockSize != BlockSize - 1)
     return;
   Retired.push_back(Cycles);
-  if (FastForward && Extrapolated < 0) detect();
+  if (FastForward && Extrapolated < 0 && !OverCap) detect();
 }
 
 Error MonitorStage::cycleEnd() {
   ++Cycles;
   if (Extrapolated >= 0) return createStringError(inconvertibleErrorCode(), "fast-forwarded");
-  if (Cycles > Cap)
+  if (Cycles > Cap || OverCap)
     return createStringError(inconvertibleErrorCode(), "cycle cap of %llu cycles exceeded",
                              (unsigned long long)Cap);
   return ErrorSuccess();

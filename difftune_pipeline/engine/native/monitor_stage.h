@@ -34,6 +34,7 @@ class MonitorStage final : public llvm::mca::Stage, public llvm::mca::HWEventLis
 
   // The repeating cycles found: in the last max(kWindow, kSkipRepeats * Period) of the first PeriodAt iterations.
   size_t PeriodAt = 0, Period = 0;
+  bool OverCap = false;  // fast-forward found the run would end past the cycle budget
 
   uint64_t delta(size_t I) const { return Retired[I] - Retired[I - 1]; }
   size_t period(size_t K, size_t Repeats = 2) const;
