@@ -244,6 +244,7 @@ class _Globals(BaseModel):
     micro_op_buffer_size: _int("micro_op_buffer_size")
     # The extended model's (present exactly when their mechanism is on):
     predecode_bytes: _int("predecode_bytes") | None = None
+    predecode_width: _int("predecode_width") | None = None
     decoders: _int("decoders") | None = None
     simple_decoder_uops: _int("simple_decoder_uops") | None = None
     uop_queue_size: _int("uop_queue_size") | None = None

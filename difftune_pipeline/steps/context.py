@@ -29,8 +29,8 @@ CODE_VERSIONS = {
     "features": "1",
     "sampled_tables": "2",
     "simulations": "2",
-    "surrogate": "5",
-    "learned_params": "10",
+    "surrogate": "6",
+    "learned_params": "11",
     "evaluation": "6",
 }
 

@@ -11,8 +11,8 @@ Per iteration a block needs at least
   model's memory mechanism, store→load edges (from the block's recorded
   accesses) cost the store's latency plus the forwarding latency, or plus the
   failed-forwarding penalty when no one store access holds the bytes the load reads;
-- under the extended model's front end: its bytes over the predecode width,
-  its decoded instructions (a macro-fused pair counts once) over the decoders,
+- under the extended model's front end: its bytes over the predecoder's block,
+  its instructions over the instructions predecoded per cycle, its decoded instructions (a macro-fused pair counts once) over the decoders,
   its fused µops (µops less what micro-fusion saves) over the issue width.
 - under a mechanism that drains the pipeline (Zen+'s zero-count shift, Intel's
   locked instructions): per draining instruction its cycles after the drain,
@@ -72,7 +72,7 @@ class Batch:
     static: torch.Tensor  # [B, len(STATIC)]
     micro: torch.Tensor  # [B, N]
     macro: torch.Tensor  # [B, N] 1.0 where a jcc is fused into the instruction before it
-    front: torch.Tensor  # [B, 2] bytes, decoded instructions
+    front: torch.Tensor  # [B, 3] bytes, decoded instructions, instructions
     drains: torch.Tensor  # [B, 2] instructions waiting for a zero-count shift's assist, locked ones
 
 
@@ -106,7 +106,7 @@ class StructuredBlocks:
             fe = block.front_end or [(1, 0, False)] * len(ops)
             micro.append(torch.tensor([m for _, m, _ in fe], dtype=torch.float32))
             macro.append(torch.tensor([float(f) for _, _, f in fe], dtype=torch.float32))
-            front.append([sum(b for b, _, _ in fe), len(fe) - sum(f for _, _, f in fe)])
+            front.append([sum(b for b, _, _ in fe), len(fe) - sum(f for _, _, f in fe), len(fe)])
             serial = block.serialising
             drains.append([sum(a for a, _ in serial), sum(lk for _, lk in serial)])
             static.append(
@@ -126,7 +126,7 @@ class StructuredBlocks:
             torch.tensor([len(r) for r in rows], dtype=torch.long),
             micro,
             macro,
-            torch.tensor(front, dtype=torch.float32).reshape(-1, 2),
+            torch.tensor(front, dtype=torch.float32).reshape(-1, 3),
             torch.tensor(drains, dtype=torch.float32).reshape(-1, 2),
         )
 
@@ -172,6 +172,7 @@ def bounds(
             torch.stack(
                 [
                     batch.front[:, 0] / g("predecode_bytes"),
+                    batch.front[:, 2] / g("predecode_width"),
                     batch.front[:, 1] / g("decoders"),
                     fused.sum(1) / g("issue_width"),
                 ],

@@ -63,6 +63,7 @@ dt::Globals globalsFromDict(nb::dict G) {
   };
   if (Gl.front_end) {
     get("predecode_bytes", Gl.predecode_bytes);
+    get("predecode_width", Gl.predecode_width);
     get("decoders", Gl.decoders);
     get("simple_decoder_uops", Gl.simple_decoder_uops);
     get("uop_queue_size", Gl.uop_queue_size);
@@ -98,6 +99,7 @@ NB_MODULE(_engine, m) {
   Limits["dispatch_width"] = nb::make_tuple(L::kDispatchWidthMin, L::kDispatchWidthMax);
   Limits["micro_op_buffer_size"] = nb::make_tuple(L::kMicroOpBufferMin, L::kMicroOpBufferMax);
   Limits["predecode_bytes"] = nb::make_tuple(L::kPredecodeBytesMin, L::kPredecodeBytesMax);
+  Limits["predecode_width"] = nb::make_tuple(L::kPredecodeWidthMin, L::kPredecodeWidthMax);
   Limits["lcp_penalty"] = nb::make_tuple(L::kLcpPenaltyMin, L::kLcpPenaltyMax);
   Limits["decoders"] = nb::make_tuple(L::kDecodersMin, L::kDecodersMax);
   Limits["simple_decoder_uops"] = nb::make_tuple(L::kSimpleDecoderUopsMin, L::kSimpleDecoderUopsMax);

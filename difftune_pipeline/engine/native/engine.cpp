@@ -107,6 +107,7 @@ Engine::Engine(const std::string &mcpu) : impl_(std::make_shared<EngineImpl>()) 
   locateTables(*impl_);
   indexResourcesAndOpcodes(*impl_);
   impl_->Gen = familyOf(mcpu);
+  impl_->FusibleOnLastDecoder = mcpu == "skylake" || mcpu == "skylake-avx512" || mcpu == "cascadelake";
 }
 
 Engine::~Engine() = default;

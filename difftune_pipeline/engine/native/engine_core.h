@@ -41,7 +41,8 @@ struct Globals {
   // mechanism's parameters are read only when it is on.
   bool front_end = false, memory = false, stack_engine = false, move_elimination = false, zero_shift = false,
        locked = false, bank_conflict = false;
-  int predecode_bytes = 0;       // instruction bytes predecoded per cycle
+  int predecode_bytes = 0;       // the aligned block of instruction bytes the predecoder works through
+  int predecode_width = 0;       // instructions it marks per cycle
   int decoders = 0;              // instructions decoded per cycle
   int simple_decoder_uops = 0;   // fused µops a decoder other than the first can emit
   int uop_queue_size = 0;        // fused µops between decode and rename
@@ -214,6 +215,7 @@ struct Limits {
   static constexpr int kDispatchWidthMin = 1, kDispatchWidthMax = 1000;
   static constexpr int kMicroOpBufferMin = 2, kMicroOpBufferMax = 100000;
   static constexpr int kPredecodeBytesMin = 1, kPredecodeBytesMax = 64;
+  static constexpr int kPredecodeWidthMin = 1, kPredecodeWidthMax = 64;
   static constexpr int kDecodersMin = 1, kDecodersMax = 16;
   static constexpr int kSimpleDecoderUopsMin = 1, kSimpleDecoderUopsMax = 16;
   static constexpr int kUopQueueMin = 1, kUopQueueMax = 1024;

@@ -121,6 +121,7 @@ struct EngineImpl {
   // front end, or AMD Zen+ (no front-end rules; its zero-count shift).
   enum class Family { None, SandyBridge, Haswell, Zen };
   Family Gen = Family::None;
+  bool FusibleOnLastDecoder = false;  // Skylake on: a fusible instruction may take the last decoder
   llvm::MCRegister RSP;  // the stack pointer (the stack engine's register)
 };
 

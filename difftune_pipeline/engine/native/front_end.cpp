@@ -47,19 +47,24 @@ bool hasImmediate(const EngineImpl &E, const MCInst &MI) {
 // AND with every jcc; CMP, ADD and SUB with all but O/NO/S/NS/P/NP; INC and DEC
 // with E/NE/L/GE/LE/G. Never with both a memory operand and an immediate, a
 // RIP-relative operand, or a memory destination (a read-modify-write).
-bool fusesWith(const EngineImpl &E, const MCInst &First, const MCInst &Jcc) {
+// The kind (CMP, TEST, ...) of an instruction that may fuse with a jcc after it; "" if none may.
+std::string fusibleKind(const EngineImpl &E, const MCInst &First) {
   static const std::regex Name("(CMP|TEST|ADD|SUB|AND|INC|DEC)(8|16|32|64)[A-Za-z0-9_]*");
   std::smatch Match;
   const std::string Op = E.MCII->getName(First.getOpcode()).str();
-  if (!std::regex_match(Op, Match, Name)) return false;
-  if (!StringRef(E.MCII->getName(Jcc.getOpcode())).starts_with("JCC_")) return false;
+  if (!std::regex_match(Op, Match, Name)) return "";
   const MCInstrDesc &D = E.MCII->get(First.getOpcode());
   const MemOperand M = memOperand(E, First);
-  if (D.mayStore() || M.RipRelative || (M.Present && hasImmediate(E, First))) return false;
+  if (D.mayStore() || M.RipRelative || (M.Present && hasImmediate(E, First))) return "";
+  return Match[1];
+}
+
+bool fusesWith(const EngineImpl &E, const MCInst &First, const MCInst &Jcc) {
+  const std::string Kind = fusibleKind(E, First);
+  if (Kind.empty() || !StringRef(E.MCII->getName(Jcc.getOpcode())).starts_with("JCC_")) return false;
   const MCOperand &CondOp = Jcc.getOperand(Jcc.getNumOperands() - 1);
   if (!CondOp.isImm()) return false;
   const int C = (int)CondOp.getImm();
-  const std::string Kind = Match[1];
   if (Kind == "TEST" || Kind == "AND") return true;
   if (Kind == "CMP" || Kind == "ADD" || Kind == "SUB")
     return C != kO && C != kNO && C != kS && C != kNS && C != kP && C != kNP;
@@ -105,6 +110,7 @@ std::vector<FrontEndInstr> frontEndFacts(const EngineImpl &E, const BlockImpl &B
     const unsigned Uops = Lowered[I]->getNumMicroOps();
     Out[I].Fused = Fusion ? fusedUops(E, B.Insts[I], Uops) : Uops;
     Out[I].LengthChanging = Fusion && lengthChanging(E, B.Insts[I]);
+    Out[I].NotLastDecoder = Fusion && !E.FusibleOnLastDecoder && !fusibleKind(E, B.Insts[I]).empty();
   }
   if (Fusion)
     for (size_t I = 0; I + 1 < Out.size(); ++I)
@@ -127,29 +133,47 @@ std::vector<StaticFrontEnd> staticFrontEnd(const EngineImpl &E, const BlockImpl 
   return Out;
 }
 
-// Bytes flow at PredecodeBytes per cycle; an instruction is predecoded once its
-// last byte is, and waits in a queue of kInstrQueue instructions. One with a
-// length-changing prefix first stalls the predecoder LcpPenalty cycles.
+// The predecoder works through the code in aligned blocks of PredecodeBytes
+// (the unrolled block starts at an aligned address), one block per cycle or more:
+// a cycle marks at most PredecodeWidth instructions, those that end in the block,
+// and one that starts in it and ends in the next takes a slot there too (Intel's
+// optimization manual, "legacy decode pipeline"; the rule as Abel and Reineke's
+// uiCA measured it on Sandy Bridge to Skylake). It runs only while the queue of
+// kInstrQueue instructions has room for a cycle's worth. An instruction with a
+// length-changing prefix first stalls it LcpPenalty cycles.
 void FrontEndStage::predecode() {
-  unsigned Budget = P.PredecodeBytes;
-  while (Predecoded.size() < kInstrQueue && SM.hasNext()) {
-    mca::SourceRef SR = SM.peekNext();
-    if (LcpStall) {
-      --LcpStall;
-      return;
+  if (LcpStall) {
+    --LcpStall;
+    return;
+  }
+  if (!P.Modelled) {  // instructions arrive as issue takes them
+    for (; SM.hasNext() && Predecoded.size() < kInstrQueue; SM.updateNext()) {
+      Owned.push_back(std::make_unique<mca::Instruction>(SM.peekNext().second));
+      Predecoded.emplace_back(SM.peekNext().first, Owned.back().get());
     }
+    return;
+  }
+  if (!SM.hasNext() || Predecoded.size() + P.PredecodeWidth > kInstrQueue) return;
+  const auto ends = [&] { return Addr + Facts[SM.peekNext().first % Facts.size()].Bytes; };
+  const auto blockEnd = [&] { return (Block + 1) * P.PredecodeBytes; };
+  // A block with nothing left to mark costs no cycle.
+  while (ends() > blockEnd() && (Addr >= blockEnd() || StraddlerMarked)) {
+    ++Block;
+    StraddlerMarked = false;
+  }
+  for (unsigned Slot = 0; Slot < P.PredecodeWidth && SM.hasNext(); ++Slot) {
+    if (ends() > blockEnd()) {
+      if (Addr >= blockEnd() || StraddlerMarked) return;  // the next block, next cycle
+      StraddlerMarked = true;
+      continue;
+    }
+    mca::SourceRef SR = SM.peekNext();
     if (Facts[SR.first % Facts.size()].LengthChanging && !LcpPaid && P.LcpPenalty) {
       LcpPaid = true;
       LcpStall = P.LcpPenalty - 1;  // this cycle is the first
       return;
     }
-    const unsigned Need = Facts[SR.first % Facts.size()].Bytes - Partial;
-    if (Need > Budget) {
-      Partial += Budget;
-      return;
-    }
-    Budget -= Need;
-    Partial = 0;
+    Addr = ends();
     LcpPaid = false;
     Owned.push_back(std::make_unique<mca::Instruction>(SR.second));
     Predecoded.emplace_back(SR.first, Owned.back().get());
@@ -158,8 +182,9 @@ void FrontEndStage::predecode() {
 }
 
 // Up to Decoders instructions (a fused pair counts once); one that issues as
-// more than SimpleDecoderUops fused µops needs the first decoder; a microcoded
-// one holds the decoders for a cycle per kMsromUops µops.
+// more than SimpleDecoderUops fused µops needs the first decoder; one that could
+// fuse with a jcc after it cannot take the last decoder before Skylake (uiCA's
+// measurements); a microcoded one holds the decoders for a cycle per kMsromUops µops.
 void FrontEndStage::decode() {
   if (DecodeBusy) {
     --DecodeBusy;
@@ -171,6 +196,7 @@ void FrontEndStage::decode() {
     if (Pair && Predecoded.size() < 2) return;  // its second half is not predecoded yet
     const unsigned Uops = facts(First).Fused;
     if (Uops > P.SimpleDecoderUops && Slot > 0) return;
+    if (facts(First).NotLastDecoder && Slot + 1 == P.Decoders && Slot > 0) return;
     const unsigned Cost = cost(First) + (Pair ? cost(Predecoded[1]) : 0);
     if (!Queue.empty() && QueueUops + Cost > P.QueueSize) return;
     for (int I = 0; I < (Pair ? 2 : 1); ++I) {

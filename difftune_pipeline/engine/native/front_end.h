@@ -22,13 +22,14 @@ struct FrontEndInstr {
   unsigned Fused = 1;          // fused-domain µops it issues as (0: macro-fused into the one before)
   bool FusesWithNext = false;  // first half of a macro-fused pair: decoded with the next one
   bool LengthChanging = false; // a length-changing prefix: 66h with a 16-bit immediate (the predecoder stalls)
+  bool NotLastDecoder = false; // before Skylake, one a jcc after it could fuse with (CMP, TEST, ...) avoids the last decoder
   unsigned SyncUops = 0;       // stack-engine sync µops issued just before it
   bool Drain = false;          // issues once every older instruction has retired (serialising.h) ...
   unsigned DrainCycles = 0;    // ... and this many cycles more
 };
 
 struct FrontEndParams {
-  unsigned PredecodeBytes, Decoders, SimpleDecoderUops, QueueSize, IssueWidth, LcpPenalty;
+  unsigned PredecodeBytes, PredecodeWidth, Decoders, SimpleDecoderUops, QueueSize, IssueWidth, LcpPenalty;
   bool Modelled = true;  // false: only issue (the stack engine's sync µops), in the cycle an instruction is fetched
 };
 
@@ -61,7 +62,9 @@ class FrontEndStage final : public llvm::mca::Stage {
   size_t NumRetired = 0;
   const MemoryUnit *LSU;    // may still read retired stores (null: none)
   std::deque<llvm::mca::InstRef> Predecoded, Queue;
-  unsigned Partial = 0;      // bytes of the next instruction already predecoded
+  uint64_t Addr = 0;          // where the next instruction starts (the block starts aligned)
+  uint64_t Block = 0;         // the aligned block the predecoder is in, numbered from Addr 0
+  bool StraddlerMarked = false;  // the instruction that starts in Block and ends past it took its slot
   unsigned LcpStall = 0;     // cycles the predecoder still stalls on the next instruction's prefix
   bool LcpPaid = false;      // the next instruction's stall is over
   unsigned QueueUops = 0;    // fused µops in Queue

@@ -121,10 +121,12 @@ std::unique_ptr<mca::Pipeline> extendedPipeline(mca::Context &Ctx, const MCSubta
   // included) at the dispatch width, holding at most a dispatch group.
   constexpr unsigned Unlimited = 1u << 20;
   const FrontEndParams P =
-      G.front_end ? FrontEndParams{(unsigned)G.predecode_bytes, (unsigned)G.decoders,
-                                   (unsigned)G.simple_decoder_uops, (unsigned)G.uop_queue_size,
-                                   (unsigned)G.issue_width, (unsigned)G.lcp_penalty, true}
-                  : FrontEndParams{Unlimited, Unlimited, Unlimited, SM.IssueWidth, SM.IssueWidth, 0, false};
+      G.front_end ? FrontEndParams{(unsigned)G.predecode_bytes,   (unsigned)G.predecode_width,
+                                   (unsigned)G.decoders,         (unsigned)G.simple_decoder_uops,
+                                   (unsigned)G.uop_queue_size,   (unsigned)G.issue_width,
+                                   (unsigned)G.lcp_penalty,      true}
+                  : FrontEndParams{Unlimited, Unlimited, Unlimited, Unlimited, SM.IssueWidth,
+                                   SM.IssueWidth, 0, false};
   auto P0 = std::make_unique<mca::Pipeline>();
   P0->appendStage(std::make_unique<FrontEndStage>(S, std::move(Facts), P, Memory));
   P0->appendStage(std::make_unique<mca::DispatchStage>(STI, MRI, 0, *RCU, *PRF));

@@ -65,6 +65,8 @@ void applyGlobals(const EngineImpl &E, const Globals &G, const Globals &Default,
     checkRange("globals", "decoders", G.decoders, Limits::kDecodersMin, Limits::kDecodersMax);
     checkRange("globals", "simple_decoder_uops", G.simple_decoder_uops,
                Limits::kSimpleDecoderUopsMin, Limits::kSimpleDecoderUopsMax);
+    checkRange("globals", "predecode_width", G.predecode_width, Limits::kPredecodeWidthMin,
+               Limits::kPredecodeWidthMax);
     checkRange("globals", "uop_queue_size", G.uop_queue_size, Limits::kUopQueueMin,
                Limits::kUopQueueMax);
     checkRange("globals", "issue_width", G.issue_width, Limits::kIssueWidthMin,
