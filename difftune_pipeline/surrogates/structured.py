@@ -12,8 +12,9 @@ Per iteration a block needs at least
   accesses) cost the store's latency plus the forwarding latency, or plus the
   failed-forwarding penalty when no one store access holds the bytes the load reads;
 - under the extended model's front end: its bytes over the predecoder's block,
-  its instructions over the instructions predecoded per cycle, its decoded instructions (a macro-fused pair counts once) over the decoders,
-  its fused µops (µops less what micro-fusion saves) over the issue width.
+  its instructions over the instructions predecoded per cycle, its decoded
+  instructions (a macro-fused pair counts once) over the decoders, its fused
+  µops (µops less what micro-fusion saves) over the issue width.
 - under a mechanism that drains the pipeline (Zen+'s zero-count shift, Intel's
   locked instructions): per draining instruction its cycles after the drain,
   plus, once a block drains at all, the critical path of an iteration.
