@@ -1,0 +1,53 @@
+"""The predecoder's instructions per cycle on BHive's blocks: LLVM's values under
+the extended model with ``predecode_width`` at its default (5; Skylake 6) and at
+16 (no instruction limit: the aligned 16-byte blocks alone), side by side, per
+CPU: MAPE and mean signed error of the steady state on all blocks, and on the
+blocks whose prediction the limit changes.
+
+    .venv/bin/python bench/predecoder.py --data ../shared/data [--mcpu haswell ivybridge skylake] \\
+        [--skip 1000] [--blocks 3000]
+"""
+
+import argparse
+from dataclasses import replace
+
+import numpy as np
+from common import add_cpus_arguments, bhive_rows
+
+from difftune_pipeline import harness
+from difftune_pipeline.engine import Engine, extended
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    add_cpus_arguments(parser, 3000)
+    parser.add_argument("--skip", type=int, default=1000, help="start after this many rows of each file")
+    args = parser.parse_args()
+    for mcpu in [m for m in args.mcpu if "front_end" in extended.for_cpu(m)]:
+        engine = Engine(mcpu)
+        rows = bhive_rows(mcpu, args.skip + args.blocks, args.data)[args.skip :]
+        blocks, truth = [], []
+        for (_, cycles), block in zip(rows, engine.disassemble_many([h for h, _ in rows])):
+            if block.ok:
+                blocks.append(harness.accesses(block, "bhive").attach(block))
+                truth.append(cycles)
+        truth = np.array(truth)
+        default = engine.default_table(blocks).with_model(extended.for_cpu(mcpu), "bhive")
+        unlimited = replace(default, globals={**default.globals, "predecode_width": 16})
+        steady = {
+            f"predecode_width {t.globals['predecode_width']:2d}": engine.simulate(blocks, t).predicted("steady")
+            for t in (default, unlimited)
+        }
+        changed = np.not_equal(*steady.values())
+        print(f"{mcpu}: {len(blocks)} blocks, {changed.sum()} changed by the limit")
+        for label, predicted in steady.items():
+            error = (predicted - truth) / truth
+            print(
+                f"  {label}  all {100 * np.abs(error).mean():5.2f}% (signed {100 * error.mean():+.2f}%); "
+                f"changed {100 * np.abs(error[changed]).mean():5.2f}% ({100 * error[changed].mean():+.2f}%)",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
