@@ -57,6 +57,7 @@ dt::Globals globalsFromDict(nb::dict G) {
   Gl.zero_shift = flag("zero_shift");
   Gl.locked = flag("locked");
   Gl.bank_conflict = flag("bank_conflict");
+  Gl.partial_register = flag("partial_register");
   auto get = [&](const char *K, int &V) {
     if (!G.contains(K)) throw dt::InvalidTable(std::string("globals: ") + K + " is missing");
     V = nb::cast<int>(G[K]);

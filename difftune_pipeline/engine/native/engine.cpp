@@ -76,8 +76,14 @@ void indexResourcesAndOpcodes(EngineImpl &E) {
   for (unsigned R = 1; R < E.SM->getNumProcResourceKinds(); ++R)
     E.ResourceByName[E.SM->getProcResource(R)->Name] = R;
   for (unsigned O = 0; O < E.MCII->getNumOpcodes(); ++O) E.OpcodeByName[E.MCII->getName(O)] = O;
-  for (unsigned R = 1; R < E.MRI->getNumRegs(); ++R)
-    if (StringRef(E.MRI->getName(R)) == "RSP") E.RSP = R;
+  for (unsigned R = 1; R < E.MRI->getNumRegs(); ++R) {
+    const StringRef Name = E.MRI->getName(R);
+    if (Name == "RSP") E.RSP = R;
+    if (is_contained({"RAX", "RBX", "RCX", "RDX", "RSI", "RDI", "RBP", "RSP", "R8", "R9", "R10", "R11", "R12",
+                      "R13", "R14", "R15"},
+                     Name))
+      E.Gpr64.push_back(R);
+  }
 }
 
 // The CPUs whose front end follows the rules of Intel's optimization manual

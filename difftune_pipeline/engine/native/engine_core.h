@@ -40,7 +40,7 @@ struct Globals {
   // The extended model's mechanisms (all off: llvm-mca's own pipeline). A
   // mechanism's parameters are read only when it is on.
   bool front_end = false, memory = false, stack_engine = false, move_elimination = false, zero_shift = false,
-       locked = false, bank_conflict = false;
+       locked = false, bank_conflict = false, partial_register = false;
   int predecode_bytes = 0;       // the aligned block of instruction bytes the predecoder works through
   int predecode_width = 0;       // instructions it marks per cycle
   int decoders = 0;              // instructions decoded per cycle
@@ -57,7 +57,8 @@ struct Globals {
   int lock_penalty = 0;          // cycles a locked instruction waits once every older one has retired (Intel)
   int bank_conflict_penalty = 0; // cycles a load waits after an older one of the same L1 bank issues (Sandy Bridge)
   bool any() const {
-    return front_end || memory || stack_engine || move_elimination || zero_shift || locked || bank_conflict;
+    return front_end || memory || stack_engine || move_elimination || zero_shift || locked || bank_conflict ||
+           partial_register;
   }
 };
 

@@ -123,6 +123,7 @@ struct EngineImpl {
   Family Gen = Family::None;
   bool FusibleOnLastDecoder = false;  // Skylake on: a fusible instruction may take the last decoder
   llvm::MCRegister RSP;  // the stack pointer (the stack engine's register)
+  llvm::SmallVector<llvm::MCRegister, 16> Gpr64;  // RAX to R15 (partial-register writes)
 };
 
 // A block's recorded memory accesses, by instruction and iteration.

@@ -4,6 +4,7 @@
 #include "front_end.h"
 #include "memory_unit.h"
 #include "move_elimination.h"
+#include "partial_register.h"
 #include "monitor_stage.h"
 #include "serialising.h"
 #include "stack_engine.h"
@@ -157,11 +158,13 @@ Simulated simulateOne(const EngineImpl &E, const BlockImpl &B, const TableImpl &
   const bool Extended = G.any();
   std::vector<FrontEndInstr> Facts;
   std::vector<std::unique_ptr<mca::WriteDescriptor>> SyncedWrites;  // outlive the pipeline below
+  std::vector<std::unique_ptr<mca::ReadDescriptor>> MergeReads;     // the same
   if (Extended) {
     const std::vector<bool> Sync =
         G.stack_engine ? applyStackEngine(E, B, Lowered, G.stack_sync_uops, SyncedWrites) : std::vector<bool>();
     Facts = frontEndFacts(E, B, Lowered, G.front_end);
     if (G.move_elimination) markEliminableMoves(E, B, Lowered);
+    if (G.partial_register) mergePartialWrites(E, Lowered, MergeReads);
     for (size_t I = 0; I < Sync.size(); ++I)
       if (Sync[I]) Facts[I].SyncUops = G.stack_sync_uops;
     auto drains = [&](const std::vector<bool> &Which, int Cycles) {

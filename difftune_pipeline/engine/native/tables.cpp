@@ -50,8 +50,11 @@ void applyGlobals(const EngineImpl &E, const Globals &G, const Globals &Default,
   if (G.any() && E.Gen == EngineImpl::Family::None)
     invalid("globals", "the extended model has no rules for " + E.Mcpu +
                            " (Intel Sandy Bridge to Skylake, AMD Zen+)");
-  if ((G.front_end || G.move_elimination || G.locked) && E.Gen == EngineImpl::Family::Zen)
-    invalid("globals", std::string(G.front_end ? "front_end" : G.locked ? "locked" : "move_elimination") +
+  if ((G.front_end || G.move_elimination || G.locked || G.partial_register) && E.Gen == EngineImpl::Family::Zen)
+    invalid("globals", std::string(G.front_end ? "front_end"
+                                   : G.locked  ? "locked"
+                                   : G.move_elimination ? "move_elimination"
+                                                        : "partial_register") +
                            " follows Intel's rules: not a mechanism of " + E.Mcpu);
   if (G.zero_shift && E.Gen != EngineImpl::Family::Zen)
     invalid("globals", "zero_shift is AMD Zen+'s: not a mechanism of " + E.Mcpu);

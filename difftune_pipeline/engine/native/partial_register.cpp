@@ -1,0 +1,46 @@
+#include "partial_register.h"
+
+using namespace llvm;
+
+namespace dt {
+
+// A use index no scheduling class has a ReadAdvance entry for.
+static constexpr unsigned kMergeUse = 1000;
+
+unsigned mergePartialWrites(const EngineImpl &E, SmallVectorImpl<std::unique_ptr<mca::Instruction>> &Lowered,
+                            std::vector<std::unique_ptr<mca::ReadDescriptor>> &Owned) {
+  unsigned Changed = 0;
+  for (auto &Inst : Lowered) {
+    auto &Uses = Inst->getUses();
+    // A dependency-breaking idiom (xorb %al, %al) waits for nothing. A load's merge is
+    // its last µop, one cycle, where the read added here would hold the whole load
+    // (MCA gives a read no ReadAdvance of its own): loads are left as llvm-mca has them.
+    if (Inst->getMayLoad() ||
+        llvm::any_of(Uses, [](const mca::ReadState &R) { return R.isIndependentFromDef(); }))
+      continue;
+    SmallVector<MCRegister, 2> Merged;
+    for (const mca::WriteState &W : Inst->getDefs()) {
+      const MCRegister R = W.getRegisterID();
+      if (!R || W.clearsSuperRegisters()) continue;
+      const auto Full = llvm::find_if(E.Gpr64, [&](MCRegister G) { return G != R && E.MRI->isSubRegister(G, R); });
+      if (Full == E.Gpr64.end()) continue;  // not a part of a general-purpose register
+      const bool Read = llvm::any_of(Uses, [&](const mca::ReadState &U) {
+        return U.getRegisterID() && E.MRI->regsOverlap(U.getRegisterID(), R);
+      });
+      if (!Read && !llvm::is_contained(Merged, *Full)) Merged.push_back(*Full);
+    }
+    for (MCRegister Full : Merged) {
+      Owned.push_back(std::make_unique<mca::ReadDescriptor>());
+      mca::ReadDescriptor &D = *Owned.back();
+      D.OpIndex = -1;  // an implicit read
+      D.UseIndex = kMergeUse;
+      D.RegisterID = Full;
+      D.SchedClassID = Inst->getDesc().SchedClassID;
+      Uses.emplace_back(D, Full);
+    }
+    Changed += !Merged.empty();
+  }
+  return Changed;
+}
+
+}  // namespace dt
