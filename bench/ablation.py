@@ -5,7 +5,9 @@ extended model's set, and it with move elimination, re-tuned by the direct searc
 real engine on the train split. Removing (``--extended``): from the µarch's newest table the pipeline
 learned under the extended model, that table as it is, and each mechanism
 turned off in turn, re-tuned the same way, and that table with no stall on a
-length-changing prefix (``lcp_penalty`` 0, not re-tuned).
+length-changing prefix (``lcp_penalty`` 0) and with no limit on the instructions
+predecoded a cycle (``predecode_width`` 16), neither re-tuned. ``--configs`` with
+no names runs only the removals (the warehouse needs no llvm-mca table then).
 
     .venv/bin/python bench/ablation.py --warehouse W.duckdb --data ../shared/data \
         [--mcpu haswell skylake ivybridge] [--budget 60000] [--rounds 2] [--extended] [--out ablation.json]
@@ -130,7 +132,9 @@ def main() -> None:
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     for mcpu in args.mcpu:
         engine = Engine(mcpu)
-        learned_id, learned = _latest_learned(db, mcpu, extended=False)
+        # the adding configurations start from llvm-mca's learned table; with none of them
+        # asked for, the slices are those of the extended one
+        learned_id, learned = _latest_learned(db, mcpu, extended=not args.configs)
         data = {s: split_blocks(engine, db, mcpu, s) for s in ("train", "val", "test")}
         all_blocks = [b for s in data.values() for b in s[1]]
         llvm = engine.default_table(all_blocks)
@@ -160,6 +164,10 @@ def main() -> None:
             _, ext = _latest_learned(db, mcpu, extended=True)
             runs.append(("extended (pipeline)", None, ext))
             runs += [(f"extended − {m}", tuple(x for x in ext.mechanisms if x != m), ext) for m in ext.mechanisms]
+            if "front_end" in ext.mechanisms:  # the predecoder with no limit on instructions a cycle
+                unlimited = ext.copy()
+                unlimited.globals["predecode_width"] = 16
+                runs.append(("extended − predecode width (not re-tuned)", None, unlimited))
             if "front_end" in ext.mechanisms:  # the pipeline's table with no stall on a length-changing prefix
                 no_lcp = ext.copy()
                 no_lcp.globals["lcp_penalty"] = 0
