@@ -163,7 +163,10 @@ def main() -> None:
         if args.extended:
             _, ext = _latest_learned(db, mcpu, extended=True)
             runs.append(("extended (pipeline)", None, ext))
-            runs += [(f"extended − {m}", tuple(x for x in ext.mechanisms if x != m), ext) for m in ext.mechanisms]
+            # bank conflicts read the memory mechanism's addresses: they go with it
+            for m in ext.mechanisms:
+                gone = [x for x in ext.mechanisms if x == m or (m == "memory" and x == "bank_conflict")]
+                runs.append((f"extended − {' − '.join(gone)}", tuple(x for x in ext.mechanisms if x not in gone), ext))
             if "front_end" in ext.mechanisms:  # the predecoder with no limit on instructions a cycle
                 unlimited = ext.copy()
                 unlimited.globals["predecode_width"] = 16
