@@ -18,7 +18,7 @@ BHive measures), and the slices
 ``bottleneck:*`` (from W's block features), ``mem:store_load`` (a load reads
 bytes a store wrote, at BHive-harness addresses), ``alias:bhive`` (BHive's own
 may-alias list, with and without the harness model) and ``fe:above_16B``
-(blocks the learned llvm-mca table runs above 16 bytes a cycle: mean signed
+(blocks the learned llvm-mca table, or with no ``--configs`` the extended one, runs above 16 bytes a cycle: mean signed
 error).
 """
 
@@ -144,7 +144,7 @@ def main() -> None:
         attached = {s: [a.attach(b) for a, b in zip(found[s], data[s][1])] for s in data}
         symbolic_test = [harness.accesses(b, "none").attach(b) for b in data["test"][1]]
         ids, test_blocks, truth = data["test"]
-        plain_test = engine.simulate(test_blocks, learned)
+        plain_test = engine.simulate(attached["test"] if "memory" in learned.mechanisms else test_blocks, learned)
         nbytes = np.array([sum(len(h) // 2 for h in b.encoding) for b in test_blocks])
         parent = connection.query("SELECT parent_id FROM param_tables WHERE table_id = ?", db, [learned_id]).item()
         bottleneck = dict(evaluation.bottlenecks(db, parent).iter_rows())

@@ -71,6 +71,10 @@ def test_predecoder_marks_five_instructions_a_cycle_of_an_aligned_block(haswell,
     assert steady(haswell, move, base) == 25.0  # llvm-mca: four a cycle
     assert steady(haswell, move, model(base, ("front_end",))) == 37.5
     assert steady(haswell, move, model(base, ("front_end",), predecode_width=6)) == 25.0
+    # the widest predecoder still finds room in the queue: a cmp waiting there for its jcc
+    # does not hold it up
+    pair = "cmpq %rdx, %rsi\njne .L"
+    assert steady(haswell, pair, model(base, ("front_end",), predecode_width=16)) <= 50.0
 
 
 def test_fusible_instructions_avoid_the_last_decoder_before_skylake(haswell, base):
@@ -300,7 +304,7 @@ def test_bank_conflicts_are_sandy_and_ivy_bridges_and_need_memory(haswell, base)
 def test_a_partial_register_write_merges_into_the_full_register(haswell, base):
     """`movb $1, %r15b` keeps r15's upper bits: each waits for the one before
     (BHive: 0.99 cycles an iteration on Haswell). A 32-bit write clears them, a
-    read-modify-write already waits, and a load is left alone."""
+    read-modify-write already waits, and a load and a high-8 write are left alone."""
     merged = model(base, ("partial_register",))
     for asm, before, after in [
         ("movb $1, %r15b", 25, 100),
@@ -309,6 +313,7 @@ def test_a_partial_register_write_merges_into_the_full_register(haswell, base):
         ("movl $1, %eax", 25, 25),
         ("addb $1, %al", 100, 100),
         ("movb (%rdi), %al", 50, 50),
+        ("movb $1, %ah", 25, 25),  # AH is renamed apart from RAX
     ]:
         assert (steady(haswell, asm, base), steady(haswell, asm, merged)) == (before, after), asm
     zen = Engine("znver1")
@@ -391,6 +396,7 @@ def test_table_records_its_model(tmp_path, base):
         (lambda d: d["globals"].pop("issue_width"), "globals.issue_width: required"),
         (lambda d: d["globals"].update(stack_sync_uops=1), "globals.stack_sync_uops: belongs to a mechanism"),
         (lambda d: d["globals"].update(predecode_bytes=0), "globals.predecode_bytes"),
+        (lambda d: d["globals"].update(predecode_width=17), "globals.predecode_width"),
         (lambda d: d["globals"].update(uop_queue_size="56"), "globals.uop_queue_size"),
     ],
 )

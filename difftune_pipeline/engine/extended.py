@@ -137,7 +137,7 @@ MECHANISMS = (
 # under the extended model name it, so that results stored by an engine whose
 # mechanisms simulated differently are never taken for this one's. Bump it with
 # any change to what a mechanism simulates.
-REVISION = 5
+REVISION = 6
 PARAMETERS: dict[str, tuple[str, ...]] = {
     m: tuple(n for n, g in GLOBALS.items() if g.mechanism == m) for m in MECHANISMS
 }

@@ -216,7 +216,7 @@ struct Limits {
   static constexpr int kDispatchWidthMin = 1, kDispatchWidthMax = 1000;
   static constexpr int kMicroOpBufferMin = 2, kMicroOpBufferMax = 100000;
   static constexpr int kPredecodeBytesMin = 1, kPredecodeBytesMax = 64;
-  static constexpr int kPredecodeWidthMin = 1, kPredecodeWidthMax = 64;
+  static constexpr int kPredecodeWidthMin = 1, kPredecodeWidthMax = 16;
   static constexpr int kDecodersMin = 1, kDecodersMax = 16;
   static constexpr int kSimpleDecoderUopsMin = 1, kSimpleDecoderUopsMax = 16;
   static constexpr int kUopQueueMin = 1, kUopQueueMax = 1024;

@@ -139,8 +139,9 @@ std::vector<StaticFrontEnd> staticFrontEnd(const EngineImpl &E, const BlockImpl 
 // and one that starts in it and ends in the next takes a slot there too (Intel's
 // optimization manual, "legacy decode pipeline"; the rule as Abel and Reineke's
 // uiCA measured it on Sandy Bridge to Skylake). It runs only while the queue of
-// kInstrQueue instructions has room for a cycle's worth. An instruction with a
-// length-changing prefix first stalls it LcpPenalty cycles.
+// kInstrQueue instructions has room for a cycle's worth (of at most half the
+// queue, so that a wide predecoder never waits for an empty one). An instruction
+// with a length-changing prefix first stalls it LcpPenalty cycles.
 void FrontEndStage::predecode() {
   if (LcpStall) {
     --LcpStall;
@@ -153,7 +154,7 @@ void FrontEndStage::predecode() {
     }
     return;
   }
-  if (!SM.hasNext() || Predecoded.size() + P.PredecodeWidth > kInstrQueue) return;
+  if (!SM.hasNext() || Predecoded.size() + std::min(P.PredecodeWidth, kInstrQueue / 2) > kInstrQueue) return;
   const auto ends = [&] { return Addr + Facts[SM.peekNext().first % Facts.size()].Bytes; };
   const auto blockEnd = [&] { return (Block + 1) * P.PredecodeBytes; };
   // A block with nothing left to mark costs no cycle.
@@ -161,7 +162,7 @@ void FrontEndStage::predecode() {
     ++Block;
     StraddlerMarked = false;
   }
-  for (unsigned Slot = 0; Slot < P.PredecodeWidth && SM.hasNext(); ++Slot) {
+  for (unsigned Slot = 0; Slot < P.PredecodeWidth && SM.hasNext() && Predecoded.size() < kInstrQueue; ++Slot) {
     if (ends() > blockEnd()) {
       if (Addr >= blockEnd() || StraddlerMarked) return;  // the next block, next cycle
       StraddlerMarked = true;

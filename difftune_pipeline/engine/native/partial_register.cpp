@@ -7,6 +7,13 @@ namespace dt {
 // A use index no scheduling class has a ReadAdvance entry for.
 static constexpr unsigned kMergeUse = 1000;
 
+// AH, BH, CH and DH are renamed apart from their full register (uiCA's
+// high8RenamedSeparately, Sandy Bridge to Skylake): writing one waits for nothing.
+static bool isHigh8(const EngineImpl &E, MCRegister R) {
+  const StringRef Name = E.MRI->getName(R);
+  return Name == "AH" || Name == "BH" || Name == "CH" || Name == "DH";
+}
+
 unsigned mergePartialWrites(const EngineImpl &E, SmallVectorImpl<std::unique_ptr<mca::Instruction>> &Lowered,
                             std::vector<std::unique_ptr<mca::ReadDescriptor>> &Owned) {
   unsigned Changed = 0;
@@ -21,7 +28,7 @@ unsigned mergePartialWrites(const EngineImpl &E, SmallVectorImpl<std::unique_ptr
     SmallVector<MCRegister, 2> Merged;
     for (const mca::WriteState &W : Inst->getDefs()) {
       const MCRegister R = W.getRegisterID();
-      if (!R || W.clearsSuperRegisters()) continue;
+      if (!R || W.clearsSuperRegisters() || isHigh8(E, R)) continue;
       const auto Full = llvm::find_if(E.Gpr64, [&](MCRegister G) { return G != R && E.MRI->isSubRegister(G, R); });
       if (Full == E.Gpr64.end()) continue;  // not a part of a general-purpose register
       const bool Read = llvm::any_of(Uses, [&](const mca::ReadState &U) {
