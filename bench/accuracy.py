@@ -2,7 +2,8 @@
 engine: llvm-mca as shipped, LLVM's values under the chosen model, and each learned
 table (the measure it was tuned on, and, for a pruned one, the table the tuners
 left before pruning, rebuilt from its history, and the table without each new
-stall: the length-changing prefix, Zen+'s zero-count shift, Ivy Bridge's L1 bank conflicts). Per table: MAPE and
+stall: the length-changing prefix, the predecoder's instruction limit, Zen+'s zero-count
+shift, Ivy Bridge's L1 bank conflicts, the partial-register merge). Per table: MAPE and
 Kendall τ of the steady state (what BHive measures) and the MAPE of llvm-mca's Total Cycles, the
 share of test blocks predicted more than 20 points worse than the default, and
 val MAPE (what selection saw).
@@ -52,14 +53,20 @@ def before_pruning(table: ParamTable, note: dict) -> ParamTable | None:
 
 def without_new_mechanisms(table: ParamTable) -> list[tuple[str, ParamTable]]:
     """The table without each stall added since the steady state, not re-tuned:
-    the length-changing prefix (``lcp_penalty`` 0), Zen+'s zero-count shift and
-    Sandy and Ivy Bridge's L1 bank conflicts."""
+    the length-changing prefix (``lcp_penalty`` 0), the predecoder's limit on
+    instructions a cycle (``predecode_width`` 16), Zen+'s zero-count shift, Sandy
+    and Ivy Bridge's L1 bank conflicts and Intel's partial-register merges."""
     out = []
     if "front_end" in table.mechanisms:
-        globals_ = {**table.globals, "lcp_penalty": 0}
-        out.append(("no LCP stall", ParamTable(table.mcpu, table.llvm_version, globals_, table.rows,
-                                               table.mechanisms, table.harness)))  # fmt: skip
-    for mechanism, label in (("zero_shift", "no zero-count shift assist"), ("bank_conflict", "no L1 bank conflicts")):
+        for name, value, label in (("lcp_penalty", 0, "no LCP stall"), ("predecode_width", 16, "no predecode limit")):
+            globals_ = {**table.globals, name: value}
+            out.append((label, ParamTable(table.mcpu, table.llvm_version, globals_, table.rows,
+                                          table.mechanisms, table.harness)))  # fmt: skip
+    for mechanism, label in (
+        ("zero_shift", "no zero-count shift assist"),
+        ("bank_conflict", "no L1 bank conflicts"),
+        ("partial_register", "no partial-register merge"),
+    ):
         if mechanism in table.mechanisms:
             rest = tuple(m for m in table.mechanisms if m != mechanism)
             out.append((label, table.with_model(rest, table.harness)))
