@@ -12,9 +12,8 @@ A CPU without the conflicts (Haswell on) shows no bias on that slice.
 import argparse
 
 import numpy as np
-from common import add_cpus_arguments, bhive_rows
+from common import add_window_arguments, harnessed_window
 
-from difftune_pipeline import harness
 from difftune_pipeline.engine import Engine, extended
 
 
@@ -40,18 +39,11 @@ def conflicting(block) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    add_cpus_arguments(parser, 3000)
-    parser.add_argument("--skip", type=int, default=1000, help="start after this many rows of each file")
+    add_window_arguments(parser)
     args = parser.parse_args()
     for mcpu in args.mcpu:
         engine = Engine(mcpu)
-        rows = bhive_rows(mcpu, args.skip + args.blocks, args.data)[args.skip :]
-        blocks, truth = [], []
-        for (_, cycles), block in zip(rows, engine.disassemble_many([h for h, _ in rows])):
-            if block.ok:
-                blocks.append(harness.accesses(block, "bhive").attach(block))
-                truth.append(cycles)
-        truth = np.array(truth)
+        blocks, truth = harnessed_window(engine, args)
         hit = np.array([b.exact_accesses and conflicting(b) for b in blocks])
         two = np.array([len(first_loads(b)) >= 2 for b in blocks])
         slices = {"conflict": hit, "two loads, no conflict": two & ~hit, "the rest": ~hit}

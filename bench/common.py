@@ -7,6 +7,9 @@ import argparse
 import csv
 from pathlib import Path
 
+import numpy as np
+
+from difftune_pipeline import harness
 from difftune_pipeline.config import SAMPLE_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +37,24 @@ def add_cpus_arguments(parser: argparse.ArgumentParser, blocks: int | None) -> N
     parser.add_argument("--blocks", type=int, default=blocks)
     parser.add_argument("--mcpu", nargs="*", default=list(GROUND_TRUTH))
     add_data_argument(parser)
+
+
+def add_window_arguments(parser: argparse.ArgumentParser) -> None:
+    """``add_cpus_arguments`` (3,000 blocks) and ``--skip``: a window of each file."""
+    add_cpus_arguments(parser, 3000)
+    parser.add_argument("--skip", type=int, default=1000, help="start after this many rows of each file")
+
+
+def harnessed_window(engine, args: argparse.Namespace) -> tuple[list, np.ndarray]:
+    """The blocks of the window ``--skip``/``--blocks`` of BHive's file for the
+    engine's CPU that disassemble, with BHive's harness addresses, and their measurements."""
+    rows = bhive_rows(engine.mcpu, args.skip + args.blocks, args.data)[args.skip :]
+    blocks, truth = [], []
+    for (_, cycles), block in zip(rows, engine.disassemble_many([h for h, _ in rows])):
+        if block.ok:
+            blocks.append(harness.accesses(block, "bhive").attach(block))
+            truth.append(cycles)
+    return blocks, np.array(truth)
 
 
 def bhive_blocks(engine, n: int | None = None, data: Path | None = None) -> list:

@@ -11,26 +11,18 @@ and how many of the changed blocks it brings closer to the measurement.
 import argparse
 
 import numpy as np
-from common import add_cpus_arguments, bhive_rows
+from common import add_window_arguments, harnessed_window
 
-from difftune_pipeline import harness
 from difftune_pipeline.engine import Engine, extended
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    add_cpus_arguments(parser, 3000)
-    parser.add_argument("--skip", type=int, default=1000, help="start after this many rows of each file")
+    add_window_arguments(parser)
     args = parser.parse_args()
     for mcpu in args.mcpu:
         engine = Engine(mcpu)
-        rows = bhive_rows(mcpu, args.skip + args.blocks, args.data)[args.skip :]
-        blocks, truth = [], []
-        for (_, cycles), block in zip(rows, engine.disassemble_many([h for h, _ in rows])):
-            if block.ok:
-                blocks.append(harness.accesses(block, "bhive").attach(block))
-                truth.append(cycles)
-        truth = np.array(truth)
+        blocks, truth = harnessed_window(engine, args)
         llvm = engine.default_table(blocks)
         without = llvm.with_model(tuple(m for m in extended.for_cpu(mcpu) if m != "partial_register"), "bhive")
         with_ = without.with_model((*without.mechanisms, "partial_register"), "bhive")

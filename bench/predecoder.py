@@ -12,26 +12,18 @@ import argparse
 from dataclasses import replace
 
 import numpy as np
-from common import add_cpus_arguments, bhive_rows
+from common import add_window_arguments, harnessed_window
 
-from difftune_pipeline import harness
 from difftune_pipeline.engine import Engine, extended
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    add_cpus_arguments(parser, 3000)
-    parser.add_argument("--skip", type=int, default=1000, help="start after this many rows of each file")
+    add_window_arguments(parser)
     args = parser.parse_args()
     for mcpu in [m for m in args.mcpu if "front_end" in extended.for_cpu(m)]:
         engine = Engine(mcpu)
-        rows = bhive_rows(mcpu, args.skip + args.blocks, args.data)[args.skip :]
-        blocks, truth = [], []
-        for (_, cycles), block in zip(rows, engine.disassemble_many([h for h, _ in rows])):
-            if block.ok:
-                blocks.append(harness.accesses(block, "bhive").attach(block))
-                truth.append(cycles)
-        truth = np.array(truth)
+        blocks, truth = harnessed_window(engine, args)
         default = engine.default_table(blocks).with_model(extended.for_cpu(mcpu), "bhive")
         unlimited = replace(default, globals={**default.globals, "predecode_width": 16})
         steady = {
