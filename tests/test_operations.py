@@ -43,9 +43,12 @@ def _drop(folder, name, lines, age=60.0):
     return path
 
 
-def _sensor(instance, box):
-    context = dg.build_sensor_context(instance=instance, resources={"inbox": Inbox(path=str(box), settle_seconds=5)})
-    return inbox_sensor(context)
+def _sensor(instance, box, cursor=None):
+    resources = {
+        "inbox": Inbox(path=str(box), settle_seconds=5),
+        "warehouse": Warehouse(path=str(box.parent / "w.duckdb")),
+    }
+    return inbox_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor))
 
 
 def test_sensor_new_file_once_and_never_half(tmp_path):
@@ -62,9 +65,11 @@ def test_sensor_new_file_once_and_never_half(tmp_path):
     assert [r.partition_key for r in result.run_requests] == [key]
     assert result.dynamic_partitions_requests[0].partition_keys == [key]
     instance.add_dynamic_partitions(BATCHES.name, [key])
+    assert isinstance(_sensor(instance, box, cursor=result.cursor), dg.SkipReason)  # requested once
+    _ingest_batch(instance, box, box.parent / "w.duckdb", path)
     shutil.copy(path, box / "haswell" / "same_bytes_again.csv")
     os.utime(box / "haswell" / "same_bytes_again.csv", (time.time() - 60,) * 2)
-    again = _sensor(instance, box)
+    again = _sensor(instance, box)  # ingested: the same bytes under another name add nothing
     assert isinstance(again, dg.SkipReason)
     assert "batch3.csv: changed less than" in again.skip_message and "loose.csv: not under" in again.skip_message
     os.utime(box / "haswell" / "batch3.csv", (time.time() - 60,) * 2)  # now settled

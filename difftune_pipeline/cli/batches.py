@@ -18,7 +18,9 @@ def batches_list(
     warehouse: WarehouseOpt = DEFAULT_PATH,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
-    """Every batch with its status: ok, failed_sanity (never feeds tuning) or dropped."""
+    """Every batch with its status: ok, failed_sanity (never feeds tuning), dropped, or
+    changed / vanished (its file was rewritten or deleted before it was read: nothing
+    of it was kept, and its bytes, seen again, are ingested); ingesting while it is read."""
     try:
         frame = ingestion.batches(warehouse)
     except USER_ERRORS as exc:
@@ -29,7 +31,7 @@ def batches_list(
     table = Table(title=f"{frame.height} batches in {escape(str(warehouse))}")
     for col in ("batch_id", "kind", "scope", "status", "n_read", "n_ingested", "n_quarantined", "source_file"):
         table.add_column(col, overflow="fold")
-    colour = {"ok": "green", "failed_sanity": "red", "dropped": "dim"}
+    colour = {"ok": "green", "failed_sanity": "red", "dropped": "dim", "changed": "yellow", "vanished": "yellow"}
     for r in frame.iter_rows(named=True):
         plain = [escape(str(r[c])) for c in ("batch_id", "kind", "scope")]
         counts = [str(r[c]) for c in ("n_read", "n_ingested", "n_quarantined")]
@@ -58,12 +60,15 @@ def _request_retune(batch_id: str) -> str:
 
 @batches_app.command("drop")
 def batches_drop(
-    batch_id: Annotated[str, typer.Argument(help="the batch id (see `difftune batches list`)")],
+    batch_id: Annotated[
+        str, typer.Argument(help="the batch id (see `difftune batches list`), or its inbox partition <mcpu>-<id>")
+    ],
     reason: Annotated[str, typer.Option(help="why it is withdrawn (stored with the batch)")] = "dropped by a user",
     warehouse: WarehouseOpt = DEFAULT_PATH,
 ) -> None:
-    """Withdraw a measurement batch: its rows leave ``measurements``, its record
-    and quarantined lines stay, and its bytes are never ingested again."""
+    """Withdraw a measurement batch, whatever its state: its rows leave ``measurements``,
+    its record and quarantined lines stay, and its bytes are never ingested again."""
+    batch_id = batch_id.rsplit("-", 1)[-1]  # an inbox partition's key ends in its batch id
     if not warehouse.exists():
         raise fail(FileNotFoundError(f"no warehouse at {warehouse}"))
     try:

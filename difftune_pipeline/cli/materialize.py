@@ -119,6 +119,7 @@ def _run(graph, job, ordered: list, uarchs: list[str] | None, screen: Console, v
     from difftune_pipeline.defs import recovery
 
     groups = _groups(graph, ordered)
+    groups_keys = [k for keys, _ in groups for k in keys]
     matched: set[str] = set()
     narrowed = False  # whether the selection has assets partitioned by µarch
     with dg.DagsterInstance.get() as instance:
@@ -127,6 +128,7 @@ def _run(graph, job, ordered: list, uarchs: list[str] | None, screen: Console, v
             screen.print(f"run {run_id} was left by a killed process: marked failed, its pool slots freed")
         for run_id in freed:
             screen.print(f"run {run_id} had finished but still held a pool slot: freed")
+        inbox_tags = _register(instance, groups_keys, screen)
         with _progress(screen, disable=verbose) as bar:  # with -v the log scrolls past instead
             task = bar.add_task("", total=None)
             done = 0
@@ -149,11 +151,15 @@ def _run(graph, job, ordered: list, uarchs: list[str] | None, screen: Console, v
                         asset_selection=group_keys,
                         partition_key=partition,
                         raise_on_error=False,
-                        tags=recovery.run_tags(),
+                        tags={**recovery.run_tags(), **inbox_tags.get(partition, {})},
                         run_config=EVERY_EVENT,
                     )
                     done += 1
                     bar.update(task, completed=done)
+                    for event in result.get_asset_materialization_events():
+                        warning = event.materialization.metadata.get("warning")
+                        if warning is not None:
+                            screen.print(f"[yellow]warning:[/yellow] {label}: {escape(str(warning.value))}")
                     if not result.success:
                         return _failed(screen, label, result)
                 if partitions:  # (an inbox with no batch has none)
@@ -162,6 +168,44 @@ def _run(graph, job, ordered: list, uarchs: list[str] | None, screen: Console, v
     for missing in sorted(set(uarchs or []) - matched) if narrowed else []:
         screen.print(f"no partition of {missing}: it has no measurements, so nothing of it was materialised")
     return 0
+
+
+def _register(instance, keys: list, screen: Console) -> dict[str, dict[str, str]]:
+    """Partitions the warehouse implies and the instance may lack (a fresh or another
+    DAGSTER_HOME): each µarch with usable measurements, and, when the inbox's batches
+    are selected, each settled inbox file not yet ingested (the inbox sensor's work,
+    run once). Returns the tags of each inbox partition's run."""
+    import dagster as dg
+
+    from difftune_pipeline import environment
+    from difftune_pipeline.defs import inbox
+    from difftune_pipeline.defs.partitions import add_uarchs
+    from difftune_pipeline.defs.resources import Inbox
+    from difftune_pipeline.warehouse import ingestion
+
+    warehouse = environment.warehouse_path()
+    if warehouse.exists():
+        add_uarchs(instance, ingestion.measured_uarchs(warehouse))
+    if dg.AssetKey("measurement_batches") not in keys:
+        return {}
+    todo, waiting = inbox.pending(Inbox(path=str(environment.inbox_path())), str(warehouse))
+    for line in waiting:
+        screen.print(f"inbox: {escape(line)}")
+    known = set(instance.get_dynamic_partitions(inbox.BATCHES.name))
+    instance.add_dynamic_partitions(inbox.BATCHES.name, [k for k in todo if k not in known])
+    return {k: dict(inbox.run_request(k, item).tags) for k, item in todo.items()}
+
+
+@app.command()
+def ingest(
+    uarch: Annotated[list[str] | None, typer.Option(help="only these µarchs' folders of the inbox")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show Dagster's log here too")] = False,
+) -> None:
+    """Ingest what lies in the inbox (DIFFTUNE_INBOX, else warehouse/inbox/<mcpu>/*.csv)
+    now, without the daemon: the inbox sensor's work, run once. Each settled file the
+    warehouse has not ingested becomes a batch; a file still changing is named and left
+    for the next time. The next `difftune materialize` re-tunes what it measured."""
+    materialize(select="key:measurement_batches", uarch=uarch, verbose=verbose)
 
 
 def _selection(select: str) -> tuple:

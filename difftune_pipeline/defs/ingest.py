@@ -27,7 +27,8 @@ def batch_metadata(summaries: list[ingest.BatchSummary]) -> dict:
         "rows_read": sum(s.n_read for s in new),
         "rows_ingested": sum(s.n_ingested for s in new),
         "rows_quarantined": sum(s.n_quarantined for s in new),
-        "batches": markdown(frame.drop("kind") if not frame.is_empty() else frame),
+        "batches": markdown(frame.drop("kind", "note") if not frame.is_empty() else frame),
+        **({"warning": "; ".join(notes)} if (notes := [s.note for s in summaries if s.note]) else {}),
     }
 
 

@@ -4,20 +4,23 @@ A file is a batch identified by the hash of its bytes and its scope (the µarch
 measured and the unit when it is not BHive's, or the application), so
 re-ingesting it adds nothing. Every input line ends up either ingested or
 quarantined with a reason a user can read (table ``quarantine``); none is dropped.
+A file is read in chunks (``reader``), so memory does not grow with its size, and
+what is ingested is exactly the bytes hashed: a file rewritten while it is read
+leaves nothing behind but its batch's record, ``changed``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 
 import polars as pl
 
 from difftune_pipeline.engine import CPUS, LLVM_VERSION, Engine
-from difftune_pipeline.ingest import sanity
+from difftune_pipeline.ingest import reader, sanity
 from difftune_pipeline.ingest.blocks import block_id, canonical_hex, disassemble_rows, hex_problem, split_of
 from difftune_pipeline.warehouse import connection, ingestion, insert_new, writer
 
@@ -39,25 +42,24 @@ class BatchSummary:
     n_ingested: int
     n_quarantined: int
     already_ingested: bool = False
-    status: str = "ok"  # ok | failed_sanity | dropped
+    status: str = "ok"  # ok | failed_sanity | dropped | changed | vanished (ingesting while it is read)
+    note: str | None = None  # one line for the user: why nothing was ingested
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
+# A batch recorded in one of these states is not (fully) ingested: its bytes, seen again, are read.
+UNREAD = ("ingesting", "changed", "vanished")
+
+
 def file_batch_id(path: Path, scope: str) -> str:
     """Hash of the file's bytes within its scope (the µarch or the application)."""
-    digest = hashlib.sha256(scope.encode() + b"\0")
+    digest = reader.batch_digest(scope)
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
+        for chunk in iter(lambda: fh.read(reader.BLOCK), b""):
             digest.update(chunk)
-    return digest.hexdigest()[:16]
-
-
-def _lines(path: Path) -> list[tuple[int, str]]:
-    """Numbered non-blank lines; only \\n ends a line (a stray \\r is data), a byte-order mark is not data."""
-    with open(path, encoding="utf-8-sig", errors="replace", newline="\n") as fh:
-        return [(i, line.rstrip("\r\n")) for i, line in enumerate(fh, start=1) if line.strip()]
+    return reader.batch_id_of(digest)
 
 
 def parse_number(
@@ -78,11 +80,14 @@ def parse_number(
     return value, None
 
 
-def _split_rows(lines, what: str, zero_ok: bool, repeats_ok: bool, bounds: tuple[float, float] = (0.0, math.inf)):
+def _split_rows(
+    lines, what: str, zero_ok: bool, first_seen: dict | None, bounds: tuple[float, float] = (0.0, math.inf)
+):
     """(line_no, raw, hex, value) of well-formed rows, and (line_no, raw, reason) of
-    the rest. ``repeats_ok``: a block listed again is a repeated measurement (kept;
-    the tuning uses the mean), not a duplicate."""
-    good, bad, first_seen = [], [], {}
+    the rest. ``first_seen`` (hex -> (line, value), kept across a file's chunks):
+    a block listed again is a duplicate; None: a repeated measurement (kept; the
+    tuning uses the mean)."""
+    good, bad = [], []
     for line_no, raw in lines:
         fields = raw.split(",")
         if len(fields) != 2:
@@ -97,18 +102,44 @@ def _split_rows(lines, what: str, zero_ok: bool, repeats_ok: bool, bounds: tuple
         if problem:
             bad.append((line_no, raw, problem))
             continue
-        if hex_ in first_seen and not repeats_ok:
-            prev_line, prev_value = first_seen[hex_]
-            reason = (
-                f"duplicate of line {prev_line}"
-                if value == prev_value
-                else f"conflicts with line {prev_line} ({what} {prev_value:g} vs {value:g})"
-            )
-            bad.append((line_no, raw, reason))
-            continue
-        first_seen.setdefault(hex_, (line_no, value))
+        if first_seen is not None:
+            if hex_ in first_seen:
+                prev_line, prev_value = first_seen[hex_]
+                reason = (
+                    f"duplicate of line {prev_line}"
+                    if value == prev_value
+                    else f"conflicts with line {prev_line} ({what} {prev_value:g} vs {value:g})"
+                )
+                bad.append((line_no, raw, reason))
+                continue
+            first_seen[hex_] = (line_no, value)
         good.append((line_no, raw, hex_, value))
     return good, bad
+
+
+# A row as it nearly always comes: hex digits, a comma, a plain decimal number. Rows
+# that match are read column-wise; the rest go through ``_split_rows`` one by one,
+# which finds the reason of a bad one (or reads an unusual good one).
+PLAIN_ROW = r"^[ \t]*([0-9A-Fa-f]+)[ \t]*,[ \t]*([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)[ \t]*$"
+GOOD = {"line_no": pl.Int64, "hex": pl.Utf8, "value": pl.Float64}
+
+
+def _measurement_rows(lines: list[tuple[int, str]], bounds: tuple[float, float]) -> tuple[pl.DataFrame, list]:
+    """The well-formed measurement rows of a chunk as a frame of ``GOOD``, and the
+    (line_no, raw, reason) of the rest."""
+    frame = pl.DataFrame({"line_no": [n for n, _ in lines], "raw": [r for _, r in lines]}, schema_overrides=GOOD)
+    parts = frame["raw"].str.extract_groups(PLAIN_ROW)
+    least, most = bounds
+    frame = frame.with_columns(
+        hex=parts.struct.field("1").str.to_lowercase(), value=parts.struct.field("2").cast(pl.Float64)
+    ).with_columns(
+        plain=(pl.col("hex").str.len_bytes() % 2 == 0) & (pl.col("value") > 0) & pl.col("value").is_between(least, most)
+    )
+    plain = frame.filter(pl.col("plain").fill_null(False))
+    other = frame.filter(~pl.col("plain").fill_null(False))
+    good, bad = _split_rows(other.select("line_no", "raw").rows(), "cycles", False, None, bounds)
+    slow = pl.DataFrame([(n, h, v) for n, _, h, v in good], schema=GOOD, orient="row")
+    return pl.concat([plain.select(list(GOOD)), slow]), bad
 
 
 def _ingest_blocks(con, engine: Engine, hexes: list[str]) -> dict[str, str | None]:
@@ -127,66 +158,140 @@ def batch_scope(kind: str, uarch: str | None = None, app: str | None = None, uni
     return f"{kind}:{uarch or app}" + ("" if unit == "cycles_per_100" else f":{unit}")
 
 
-def _ingest(
-    path: Path,
-    kind: str,
-    db: Path,
-    engine: Engine,
-    *,
-    uarch: str | None = None,
-    app: str | None = None,
-    unit: str = "cycles_per_100",
-) -> BatchSummary:
-    path = Path(path)
-    scale = UNITS[unit]
-    batch = file_batch_id(path, batch_scope(kind, uarch, app, unit))
-    now = connection.now()
+@dataclass
+class _Batch:
+    """What ingesting one file needs, and what it counted so far."""
+
+    path: Path
+    kind: str
+    uarch: str | None
+    app: str | None
+    unit: str
+    at: datetime
+    n_ingested: int = 0
+    n_quarantined: int = 0
+
+    @property
+    def scope(self) -> str:
+        return batch_scope(self.kind, self.uarch, self.app, self.unit)
+
+
+def _ingest(batch: _Batch, db: Path, engine: Engine, expected: str | None = None) -> BatchSummary:
+    """Ingest ``batch.path`` as the batch its bytes hash to (``expected``: the batch a
+    caller found, e.g. an inbox partition). The file is read once, a chunk per
+    transaction (a transaction's uncommitted rows are held in memory) under a batch
+    record ``ingesting``, which no reader of ``usable_measurements`` sees; when the
+    bytes read hash to the batch, its verdict makes it usable in one transaction, and
+    when they do not (the file was rewritten meanwhile), its rows are removed and it
+    is recorded ``changed``. A batch left ``ingesting`` by a killed process is read again."""
+    source = str(batch.path)
+    expected = expected or file_batch_id(batch.path, batch.scope)
     with writer(db) as con:
-        done = ingestion.stored_batch(con, batch)
-        if done:
+        done = ingestion.stored_batch(con, expected)
+        if done and done[-1] not in UNREAD:
             *counts, status = done
-            return BatchSummary(batch, kind, str(path), *counts, already_ingested=True, status=status)
-        lines = _lines(path)
-        what = "cycles" if kind == "measurements" else "frequency"
-        bounds = tuple(b / scale for b in THROUGHPUT_BOUNDS) if kind == "measurements" else (0.0, math.inf)
-        good, bad = _split_rows(lines, what, zero_ok=kind == "corpus", repeats_ok=kind == "measurements", bounds=bounds)
-        reasons = _ingest_blocks(con, engine, [h for _, _, h, _ in good])
-        kept = []
-        for line_no, raw, hex_, value in good:
-            if reasons[hex_]:
-                bad.append((line_no, raw, reasons[hex_]))
-            else:
-                kept.append((line_no, hex_, value))
-        if kind == "measurements":
-            rows = [(n, block_id(h), v * scale) for n, h, v in kept]
-            ingestion.add_measurements(con, batch, str(path), uarch, rows, now)
-        else:
-            ingestion.add_block_sources(con, batch, app, [(block_id(h), v) for _, h, v in kept])
-        ingestion.add_quarantine(con, batch, str(path), bad, now)
+            return BatchSummary(expected, batch.kind, source, *counts, already_ingested=True, status=status)
+        ingestion.forget_batch(con, expected)  # a record of bytes never read, or a killed ingestion's rows
+        ingestion.begin_batch(con, expected, batch.kind, batch.uarch, batch.app, source, batch.at)
+    lines = reader.NumberedLines(batch.path, batch.scope)
+    n_read, first_seen = 0, {} if batch.kind == "corpus" else None
+    try:
+        for chunk in lines.chunks():
+            n_read += len(chunk)
+            with writer(db) as con:
+                _ingest_chunk(con, engine, batch, expected, chunk, first_seen)
+        if lines.batch_id != expected:
+            raise reader.FileChanged(
+                f"{source} changed while it was read (its bytes no longer hash to batch {expected}): "
+                "nothing of it was kept; its new bytes are a batch of their own"
+            )
+    except (reader.FileChanged, FileNotFoundError) as exc:
+        changed = isinstance(exc, reader.FileChanged)
+        note = str(exc) if changed else f"{source} vanished before it was read: nothing of it was kept"
+        return record_unread(db, expected, batch, "changed" if changed else "vanished", note)
+    with writer(db) as con:
         problems = []
-        if kind == "measurements":  # judged before it commits: never usable unjudged
-            implausible = ingestion.implausible_measurements(con, batch, sanity.MAX_IPC)
-            problems = sanity.problems(str(path), len(lines), len(kept), len(bad), implausible)
-        ingestion.record_batch(con, batch, kind, uarch, app, str(path), len(lines), len(kept), len(bad), now, problems)
-        status = "failed_sanity" if problems else "ok"
-        return BatchSummary(batch, kind, str(path), len(lines), len(kept), len(bad), status=status)
+        if batch.kind == "measurements":  # judged before it is usable: never usable unjudged
+            implausible = ingestion.implausible_measurements(con, expected, sanity.MAX_IPC)
+            problems = sanity.problems(source, n_read, batch.n_ingested, batch.n_quarantined, implausible)
+        counts = (n_read, batch.n_ingested, batch.n_quarantined)
+        ingestion.finish_batch(con, expected, *counts, problems, connection.now())
+    return BatchSummary(expected, batch.kind, source, *counts, status="failed_sanity" if problems else "ok")
+
+
+def record_unread(db: Path, batch_id: str, batch: _Batch, status: str, note: str) -> BatchSummary:
+    """A batch whose bytes could not be read as they were hashed: whatever it added
+    is removed and it is recorded with why, so that it blocks nothing, a user sees
+    it (and may drop it), and its bytes, seen again, are ingested."""
+    with writer(db) as con:
+        ingestion.forget_batch(con, batch_id)
+        ingestion.record_unread(
+            con, batch_id, batch.kind, batch.uarch, batch.app, str(batch.path), status, note, batch.at
+        )
+    return BatchSummary(batch_id, batch.kind, str(batch.path), 0, 0, 0, status=status, note=note)
+
+
+def _ingest_chunk(con, engine: Engine, batch: _Batch, batch_id: str, chunk, first_seen: dict | None) -> None:
+    """One chunk of a file's lines: its good rows as measurements (or block sources),
+    its bad ones in ``quarantine`` with their reasons."""
+    scale = UNITS[batch.unit]
+    if batch.kind == "measurements":
+        good, bad = _measurement_rows(chunk, tuple(b / scale for b in THROUGHPUT_BOUNDS))
+    else:
+        rows, bad = _split_rows(chunk, "frequency", True, first_seen)
+        good = pl.DataFrame([(n, h, v) for n, _, h, v in rows], schema=GOOD, orient="row")
+    raw = dict(chunk)
+    hexes = good["hex"].unique().to_list()
+    reasons = _ingest_blocks(con, engine, hexes)
+    ids = pl.DataFrame(
+        {"hex": hexes, "block_id": [block_id(h) for h in hexes], "reason": [reasons[h] for h in hexes]},
+        schema={"hex": pl.Utf8, "block_id": pl.Utf8, "reason": pl.Utf8},
+    )
+    good = good.join(ids, on="hex", how="left")
+    undecodable = good.filter(pl.col("reason").is_not_null())
+    bad += [(n, raw[n], why) for n, why in undecodable.select("line_no", "reason").iter_rows()]
+    kept = good.filter(pl.col("reason").is_null())
+    if batch.kind == "measurements":
+        rows = kept.select("line_no", "block_id", cycles_per_100=pl.col("value") * scale)
+        batch.n_ingested += ingestion.add_measurements(con, batch_id, str(batch.path), batch.uarch, rows, batch.at)
+    else:
+        pairs = kept.select("block_id", frequency="value")
+        ingestion.add_block_sources(con, batch_id, batch.app, pairs)
+        batch.n_ingested += kept.height
+    batch.n_quarantined += ingestion.add_quarantine(con, batch_id, str(batch.path), sorted(bad), batch.at)
 
 
 def ingest_measurements(
-    path: str | Path, uarch: str, db: str | Path, engine: Engine, unit: str = "cycles_per_100"
+    path: str | Path,
+    uarch: str,
+    db: str | Path,
+    engine: Engine,
+    unit: str = "cycles_per_100",
+    batch_id: str | None = None,
 ) -> BatchSummary:
-    """A BHive-format file ``hex,throughput`` of one µarch; ``unit`` names the throughput's unit."""
+    """A BHive-format file ``hex,throughput`` of one µarch; ``unit`` names the throughput's
+    unit, ``batch_id`` the batch its bytes were found to be (else they are hashed first)."""
     if unit not in UNITS:
         raise ValueError(f"unknown unit {unit!r}; one of {sorted(UNITS)}")
     if uarch not in CPUS:
         raise ValueError(f"measurements of {uarch!r}: not a CPU LLVM {LLVM_VERSION} models")
-    return _ingest(Path(path), "measurements", Path(db), engine, uarch=uarch, unit=unit)
+    batch = _Batch(Path(path), "measurements", uarch, None, unit, connection.now())
+    return _ingest(batch, Path(db), engine, batch_id)
+
+
+def record_missing(db: str | Path, batch_id: str, uarch: str, source: str) -> BatchSummary:
+    """A measurement batch whose bytes no file has any more (it was deleted or
+    rewritten before it was read), recorded ``vanished`` with why."""
+    batch = _Batch(Path(source), "measurements", uarch, None, "cycles_per_100", connection.now())
+    note = f"no file has the bytes of batch {batch_id} any more (was {source}; deleted or rewritten before it was read)"
+    return record_unread(Path(db), batch_id, batch, "vanished", f"{note}: nothing of it was kept")
 
 
 def ingest_corpus(path: str | Path, db: str | Path, engine: Engine, app: str | None = None) -> BatchSummary:
     """A BHive corpus file ``hex,frequency``; the application defaults to the file's stem."""
     path = Path(path)
-    return _ingest(path, "corpus", Path(db), engine, app=app or path.name.removesuffix(".csv"))
+    batch = _Batch(path, "corpus", None, app or path.name.removesuffix(".csv"), "cycles_per_100", connection.now())
+    return _ingest(batch, Path(db), engine)
 
 
 def assign_splits(db: str | Path) -> dict[str, int]:

@@ -71,10 +71,6 @@ def exactness_sample(db: Db, uarch: str, n: int = 40) -> list[str]:
     return frame["hex"].to_list()
 
 
-def batch_exists(db: Db, batch_id: str) -> bool:
-    return not query("SELECT 1 FROM batches WHERE batch_id = ?", db, [batch_id]).is_empty()
-
-
 def batch_statuses(db: Db, batch_ids: list[str]) -> pl.DataFrame:
     """Per batch: its status (and why), rows read, ingested and quarantined."""
     return query(
@@ -118,29 +114,78 @@ def stored_batch(con: duckdb.DuckDBPyConnection, batch_id: str) -> tuple[int, in
     return rows[0] if rows else None
 
 
-def record_batch(
+def begin_batch(
     con: duckdb.DuckDBPyConnection,
     batch_id: str,
     kind: str,
     uarch: str | None,
     app: str | None,
     source_file: str,
+    at: datetime,
+) -> None:
+    """The record of a batch whose rows are being added, chunk by chunk: ``ingesting``,
+    so that none of them is usable before its verdict (``finish_batch``)."""
+    _insert_batch(con, [batch_id, kind, uarch, app, source_file, at, "ingesting", None, at])
+
+
+def finish_batch(
+    con: duckdb.DuckDBPyConnection,
+    batch_id: str,
     n_read: int,
     n_ingested: int,
     n_quarantined: int,
-    at: datetime,
     problems: list[str],
+    at: datetime,
 ) -> None:
-    """A batch with its sanity verdict: ``failed_sanity`` (and why) when there are ``problems``."""
+    """A batch read to its end, with its sanity verdict: ``failed_sanity`` (and why) when there are ``problems``."""
+    scalar(
+        con,
+        "UPDATE batches SET n_read = ?, n_ingested = ?, n_quarantined = ?, status = ?, status_reason = ?, "
+        "status_at = ? WHERE batch_id = ?",
+        [
+            n_read,
+            n_ingested,
+            n_quarantined,
+            "failed_sanity" if problems else "ok",
+            "; ".join(problems) or None,
+            at,
+            batch_id,
+        ],
+    )
+
+
+def record_unread(
+    con: duckdb.DuckDBPyConnection,
+    batch_id: str,
+    kind: str,
+    uarch: str | None,
+    app: str | None,
+    source_file: str,
+    status: str,
+    reason: str,
+    at: datetime,
+) -> None:
+    """A batch that ingested nothing because its bytes were gone or changed when read
+    (``status`` changed | vanished), with ``reason``."""
+    _insert_batch(con, [batch_id, kind, uarch, app, source_file, at, status, reason, at])
+
+
+def _insert_batch(con: duckdb.DuckDBPyConnection, values: list) -> None:
     scalar(
         con,
         "INSERT INTO batches (batch_id, kind, uarch, app, source_file, n_read, n_ingested, n_quarantined, "
-        "ingested_at, status, status_reason, status_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            batch_id, kind, uarch, app, source_file, n_read, n_ingested, n_quarantined, at,
-            "failed_sanity" if problems else "ok", "; ".join(problems) or None, at,
-        ],
-    )  # fmt: skip
+        "ingested_at, status, status_reason, status_at) VALUES (?, ?, ?, ?, ?, 0, 0, 0, ?, ?, ?, ?)",
+        values,
+    )
+
+
+def forget_batch(con: duckdb.DuckDBPyConnection, batch_id: str) -> None:
+    """Whatever a batch that was never fully read added (``ingesting`` when its process
+    was killed), and its record when it is one of those: it is read again from nothing."""
+    unread = "SELECT batch_id FROM batches WHERE batch_id = ? AND status IN ('ingesting', 'changed', 'vanished')"
+    for table in ("measurements", "quarantine", "block_sources"):
+        con.execute(f"DELETE FROM {table} WHERE batch_id IN ({unread})", [batch_id])
+    con.execute(f"DELETE FROM batches WHERE batch_id IN ({unread})", [batch_id])
 
 
 def batches(db: Db) -> pl.DataFrame:
@@ -181,34 +226,37 @@ def drop_batch(con: duckdb.DuckDBPyConnection, batch_id: str, reason: str) -> di
 
 
 def add_measurements(
-    con: duckdb.DuckDBPyConnection,
-    batch_id: str,
-    source_file: str,
-    uarch: str,
-    rows: list[tuple[int, str, float]],
-    at: datetime,
+    con: duckdb.DuckDBPyConnection, batch_id: str, source_file: str, uarch: str, rows: pl.DataFrame, at: datetime
 ) -> int:
-    """(line number, block id, cycles per 100 iterations) rows of one batch."""
-    frame = pl.DataFrame(
-        {
-            "block_id": [b for _, b, _ in rows],
-            "uarch": uarch,
-            "cycles_per_100": [c for _, _, c in rows],
-            "batch_id": batch_id,
-            "source_file": source_file,
-            "line_no": [n for n, _, _ in rows],
-            "ingested_at": at,
-        },
-        schema_overrides={"line_no": pl.Int64, "cycles_per_100": pl.Float64},
+    """``rows`` (line_no, block_id, cycles_per_100) of a batch being ingested (its
+    first rows: a batch is ingested once, in one transaction)."""
+    frame = rows.select(
+        "block_id",
+        uarch=pl.lit(uarch),
+        cycles_per_100=pl.col("cycles_per_100").cast(pl.Float64),
+        batch_id=pl.lit(batch_id),
+        source_file=pl.lit(source_file),
+        line_no=pl.col("line_no").cast(pl.Int64),
+        ingested_at=pl.lit(at),
     )
-    return insert_new(con, "measurements", frame, ["block_id", "uarch", "batch_id", "line_no"])
+    return _append(con, "measurements", frame)
 
 
-def add_block_sources(con: duckdb.DuckDBPyConnection, batch_id: str, app: str, rows: list[tuple[str, float]]) -> int:
-    """(block id, frequency) rows of one corpus file."""
-    frame = pl.DataFrame(
-        {"block_id": [b for b, _ in rows], "app": app, "frequency": [f for _, f in rows], "batch_id": batch_id},
-        schema_overrides={"frequency": pl.Float64},
+def _append(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame) -> int:
+    if frame.is_empty():
+        return 0
+    con.register("_incoming", frame.to_arrow())
+    try:
+        cols = ", ".join(frame.columns)
+        return scalar(con, f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _incoming")
+    finally:
+        con.unregister("_incoming")
+
+
+def add_block_sources(con: duckdb.DuckDBPyConnection, batch_id: str, app: str, rows: pl.DataFrame) -> int:
+    """``rows`` (block_id, frequency) of one corpus file; a block the application listed before keeps its row."""
+    frame = rows.select(
+        "block_id", app=pl.lit(app), frequency=pl.col("frequency").cast(pl.Float64), batch_id=pl.lit(batch_id)
     )
     return insert_new(con, "block_sources", frame, ["block_id", "app"])
 
@@ -216,7 +264,7 @@ def add_block_sources(con: duckdb.DuckDBPyConnection, batch_id: str, app: str, r
 def add_quarantine(
     con: duckdb.DuckDBPyConnection, batch_id: str, source_file: str, rows: list[tuple[int, str, str]], at: datetime
 ) -> int:
-    """(line number, raw line, reason) of the lines of a batch that were refused."""
+    """(line number, raw line, reason) of the lines of a batch being ingested that were refused."""
     frame = pl.DataFrame(
         {
             "batch_id": batch_id,
@@ -228,7 +276,7 @@ def add_quarantine(
         },
         schema_overrides={"line_no": pl.Int64, "raw": pl.Utf8, "reason": pl.Utf8},
     )
-    return insert_new(con, "quarantine", frame, ["batch_id", "line_no"])
+    return _append(con, "quarantine", frame)
 
 
 def blocks_without_split(con: duckdb.DuckDBPyConnection) -> list[str]:

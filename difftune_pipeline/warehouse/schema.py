@@ -339,6 +339,24 @@ MIGRATIONS: list[str | Callable[[duckdb.DuckDBPyConnection, Path], None]] = [
         WHERE opcode = '*' AND param = 'mechanism:front_end'
         AND table_id NOT IN (SELECT table_id FROM param_values WHERE param = 'lcp_penalty');
     """,
+    """
+    -- Measurements without a primary key: its index held every key in memory while a
+    -- batch was ingested (GBs for tens of millions of rows). A batch is ingested once,
+    -- by one process, so its (batch, line) rows are unique without it.
+    CREATE TABLE measurements_v4 (
+        block_id   VARCHAR NOT NULL,
+        uarch      VARCHAR NOT NULL,
+        cycles_per_100 DOUBLE NOT NULL,
+        batch_id   VARCHAR NOT NULL,
+        source_file VARCHAR NOT NULL,
+        line_no    BIGINT NOT NULL,
+        ingested_at TIMESTAMP NOT NULL
+    );
+    INSERT INTO measurements_v4 SELECT block_id, uarch, cycles_per_100, batch_id, source_file, line_no, ingested_at
+        FROM measurements;
+    DROP TABLE measurements;
+    ALTER TABLE measurements_v4 RENAME TO measurements;
+    """,
 ]
 
 
