@@ -235,3 +235,101 @@ def test_simulations_of_an_older_warehouse_are_simulated_again(warehouse):
     assert _count(warehouse, "SELECT count(*) FROM predictions") == 0
     assert not [p for p in (warehouse.parent / "simulations").rglob("*") if p.is_file()]
     assert _count(warehouse, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'simulations'") == 0
+
+
+def _lines_of(rows: int) -> str:
+    sample = (SAMPLE / "bhive_hsw_sample.csv").read_text().splitlines()
+    return "\n".join(sample[:rows] + ["zz,1", "4801d8"]) + "\n"
+
+
+def _usable(db) -> int:
+    return _count(db, "SELECT count(*) FROM usable_measurements")
+
+
+def test_a_file_rewritten_by_a_writer_while_it_is_read_leaves_nothing(haswell, warehouse, tmp_path, monkeypatch):
+    import threading
+
+    from difftune_pipeline.ingest import reader
+
+    path = tmp_path / "batch.csv"
+    original = _lines_of(300)
+    path.write_text(original)
+    monkeypatch.setattr(reader, "BLOCK", 2048)  # many chunks, a transaction each
+    started, written = threading.Event(), threading.Event()
+
+    def writer():  # overwrites the file in place, as `cp small big` does, once the reader is inside it
+        started.wait()
+        with open(path, "r+") as fh:
+            fh.write(_lines_of(20))
+            fh.truncate()
+        written.set()
+
+    real = ingest._ingest_chunk
+
+    def chunk(*args):
+        real(*args)
+        started.set()
+        written.wait(10)
+
+    monkeypatch.setattr(ingest, "_ingest_chunk", chunk)
+    thread = threading.Thread(target=writer)
+    thread.start()
+    summary = ingest.ingest_measurements(path, "haswell", warehouse, haswell, batch_id=_batch_of(original, tmp_path))
+    thread.join()
+    assert summary.status == "changed" and "changed while it was read" in summary.note
+    assert (summary.n_read, summary.n_ingested) == (0, 0)
+    for table in ("measurements", "quarantine"):
+        assert _count(warehouse, f"SELECT count(*) FROM {table}") == 0  # nothing of it kept
+    assert _count(warehouse, "SELECT status FROM batches") == "changed"
+
+    monkeypatch.setattr(ingest, "_ingest_chunk", real)
+    small = ingest.ingest_measurements(path, "haswell", warehouse, haswell)  # the new bytes: a batch of their own
+    assert small.status == "ok" and (small.n_ingested, small.n_quarantined) == (20, 2)
+    path.write_text(original)  # the old bytes back: ingested now, every line
+    again = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+    assert again.batch_id == summary.batch_id and again.status == "ok" and not again.already_ingested
+    assert (again.n_read, again.n_ingested, again.n_quarantined) == (302, 300, 2)
+    assert _usable(warehouse) == 320
+    assert _count(warehouse, "SELECT count(*) FROM quarantine") == 4
+
+
+def _batch_of(text: str, tmp_path) -> str:
+    copy = tmp_path / "copy.csv"
+    copy.write_text(text)
+    return ingest.file_batch_id(copy, ingest.batch_scope("measurements", "haswell"))
+
+
+def test_a_killed_ingestion_is_never_usable_and_is_read_again_from_nothing(haswell, warehouse, tmp_path, monkeypatch):
+    from difftune_pipeline.ingest import reader
+
+    path = tmp_path / "batch.csv"
+    path.write_text(_lines_of(300))
+    monkeypatch.setattr(reader, "BLOCK", 2048)
+    real, calls = ingest._ingest_chunk, []
+
+    def killed(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # as a killed process stops: between two committed chunks
+        real(*args)
+
+    monkeypatch.setattr(ingest, "_ingest_chunk", killed)
+    with pytest.raises(KeyboardInterrupt):
+        ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+    assert _count(warehouse, "SELECT status FROM batches") == "ingesting"
+    assert _count(warehouse, "SELECT count(*) FROM measurements") > 0 and _usable(warehouse) == 0
+    monkeypatch.setattr(ingest, "_ingest_chunk", real)
+    summary = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+    assert summary.status == "ok" and (summary.n_ingested, summary.n_quarantined) == (300, 2)
+    assert _count(warehouse, "SELECT count(*) FROM measurements") == _usable(warehouse) == 300  # none twice
+    assert _count(warehouse, "SELECT count(*) FROM quarantine") == 2
+
+
+def test_rows_read_column_wise_and_one_by_one_agree(haswell, warehouse, tmp_path):
+    """Unusual but good rows (spaces, exponents, signs, upper case) take the slow path and are read as before."""
+    path = tmp_path / "batch.csv"
+    path.write_text(" 4801D8 , 1e2\n4883c0014839d875f7,\u00a0+250.\n4801c0,.5e3\n")
+    summary = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+    assert (summary.n_ingested, summary.n_quarantined) == (3, 0)
+    values = store.query("SELECT cycles_per_100 FROM measurements ORDER BY line_no", warehouse)["cycles_per_100"]
+    assert values.to_list() == [100.0, 250.0, 500.0]

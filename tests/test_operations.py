@@ -16,7 +16,7 @@ from difftune_pipeline import quality
 from difftune_pipeline.definitions import defs
 from difftune_pipeline.defs import difftune as difftune_defs
 from difftune_pipeline.defs import ingest as ingest_defs
-from difftune_pipeline.defs.inbox import BATCHES, inbox_sensor, measurement_batches
+from difftune_pipeline.defs.inbox import BATCHES, inbox_sensor, measurement_batches, pending
 from difftune_pipeline.defs.partitions import UARCHS
 from difftune_pipeline.defs.resources import (
     DataSources,
@@ -76,8 +76,8 @@ def test_sensor_new_file_once_and_never_half(tmp_path):
     assert [r.partition_key for r in _sensor(instance, box).run_requests] != [key]
 
 
-def _ingest_batch(instance, box, warehouse, path, uarch="haswell"):
-    key = inbox.InboxFile(path, uarch, inbox.unit_of(path)).partition_key
+def _ingest_batch(instance, box, warehouse, path, uarch="haswell", key=None):
+    key = key or inbox.InboxFile(path, uarch, inbox.unit_of(path)).partition_key
     instance.add_dynamic_partitions(BATCHES.name, [key])
     resources = {
         "warehouse": Warehouse(path=str(warehouse)),
@@ -308,3 +308,65 @@ def test_failed_and_dropped_batches_never_feed_tuning(tmp_path, warehouse, monke
     refused = runner.invoke(app, ["batches", "drop", corpus_id, "--warehouse", str(warehouse)])
     assert refused.exit_code == 2 and "only measurement batches can be dropped" in refused.stderr
     assert store.query("SELECT count(*) FROM block_sources", warehouse).item() == 5
+
+
+def test_a_batch_whose_file_vanished_is_recorded_and_blocks_nothing(tmp_path, warehouse, monkeypatch):
+    from typer.testing import CliRunner
+
+    from difftune_pipeline.cli import app
+
+    box, instance = tmp_path / "inbox", dg.DagsterInstance.ephemeral()
+    path = _drop(box / "haswell", "gone.csv", ROWS[:30])
+    saved = path.read_bytes()
+    key = inbox.InboxFile(path, "haswell", "cycles_per_100").partition_key
+    path.unlink()  # registered by the sensor, then deleted before its run
+    for _ in range(2):  # the first run records it, every later one passes by
+        _, result = _ingest_batch(instance, box, warehouse, path, key=key)
+        assert result.success
+    event = result.get_asset_materialization_events()[0].materialization
+    assert event.metadata["status"].value == "vanished"
+    row = store.query("SELECT status, status_reason FROM batches", warehouse).row(0)
+    assert row[0] == "vanished" and "no file has the bytes of batch" in row[1]
+    first = _ingest_batch(instance, box, warehouse, _drop(box / "haswell", "other.csv", ROWS[30:40]))[1]
+    assert first.success  # nothing blocked
+
+    path.write_bytes(saved)  # its bytes back: the sensor's work finds them unread, and they are ingested
+    os.utime(path, (time.time() - 60,) * 2)
+    todo, _ = pending(Inbox(path=str(box), settle_seconds=5), str(warehouse))
+    assert list(todo) == [key]
+    assert _ingest_batch(instance, box, warehouse, path)[1].success
+    assert store.query("SELECT count(*) FROM usable_measurements", warehouse).item() == 40
+
+    vanished = _drop(box / "haswell", "later.csv", ROWS[50:60])
+    key = inbox.InboxFile(vanished, "haswell", "cycles_per_100").partition_key
+    vanished.unlink()
+    _ingest_batch(instance, box, warehouse, vanished, key=key)
+    dropped = CliRunner().invoke(app, ["batches", "drop", key, "--warehouse", str(warehouse)])  # any state, either name
+    assert dropped.exit_code == 0 and "0 measurements withdrawn" in dropped.stdout, dropped.output
+
+
+def test_ingest_without_the_daemon_and_partitions_from_the_warehouse(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from difftune_pipeline.cli import app
+
+    box, warehouse = tmp_path / "inbox", tmp_path / "w.duckdb"
+    monkeypatch.setenv("DIFFTUNE_INBOX", str(box))
+    monkeypatch.setenv("DIFFTUNE_WAREHOUSE", str(warehouse))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    _drop(box / "haswell", "settled.csv", ROWS[:30])
+    _drop(box / "skylake", "fresh.csv", SKYLAKE[:10], age=0)
+    runner = CliRunner()
+    result = runner.invoke(app, ["ingest"])
+    assert result.exit_code == 0, result.output
+    assert "inbox: skylake/fresh.csv: changed less than" in result.output
+    assert store.query("SELECT count(*) FROM usable_measurements", warehouse).item() == 30
+    assert runner.invoke(app, ["ingest"]).exit_code == 0  # again: nothing new
+    assert store.query("SELECT count(*) FROM measurements", warehouse).item() == 30
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "other_home"))  # the same warehouse, another instance
+    (tmp_path / "other_home").mkdir()
+    assert runner.invoke(app, ["materialize", "--select", "key:blocks"]).exit_code == 0
+    with dg.DagsterInstance.get() as instance:
+        assert instance.get_dynamic_partitions(UARCHS.name) == ["haswell"]

@@ -34,9 +34,9 @@ class NumberedLines:
     not data, and bytes that are not UTF-8 become U+FFFD (the line is then quarantined
     with its text as read)."""
 
-    def __init__(self, path: str | Path, scope: str, block: int = BLOCK):
+    def __init__(self, path: str | Path, scope: str, block: int | None = None):
         self.path = Path(path)
-        self.block = block
+        self.block = block or BLOCK
         self._digest = batch_digest(scope)
         self.n_lines = 0  # numbered lines so far, blank ones included
         self.n_bytes = 0
