@@ -247,11 +247,71 @@ def test_a_chunk_file_deleted_or_truncated_is_simulated_again(ctx, warehouse):
     files = sorted((warehouse.parent / "simulations").rglob("*.parquet"))
     files[0].unlink()
     files[1].write_bytes(files[1].read_bytes()[:100])  # a truncated file: not the size recorded
-    with pytest.raises(FileNotFoundError, match="1 recorded simulation chunk file"):  # named, whatever the case
+    with pytest.raises(OSError, match="2 recorded simulation chunk file.*damaged or gone, e.g. "):  # named
         store.query("SELECT count(*) FROM Simulations", warehouse)
     again = steps.simulate_shard(ctx, 0, chunk=40)
-    assert again["lost_chunks_redone"] == 2 and 0 < again["simulated"] <= 80
+    assert again["damaged_chunks_redone"] == 2 and 0 < again["simulated"] <= 80
     assert store.query("SELECT * FROM simulations ORDER BY ALL", warehouse).rows() == rows  # the same, once each
+
+
+def _flip_a_cycles_byte(path):
+    """One byte flipped in the middle of the ``cycles`` column's pages: the size stays."""
+    import pyarrow.parquet as pq
+
+    column = pq.read_metadata(path).row_group(0).column(pq.read_schema(path).names.index("cycles"))
+    start = column.dictionary_page_offset if column.has_dictionary_page else column.data_page_offset
+    at = start + column.total_compressed_size // 2
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x04
+    path.write_bytes(bytes(data))
+
+
+def test_a_chunk_file_altered_in_place_is_never_learned_from(ctx, warehouse):
+    import pyarrow.parquet as pq
+
+    from difftune_pipeline.warehouse import simulations as simulations_store
+    from difftune_pipeline.warehouse.simulation_files import DamagedChunks
+
+    steps.sampled_tables(ctx)
+    steps.simulate_shard(ctx, 0, chunk=40)
+    tables = store.query("SELECT DISTINCT table_id FROM simulation_chunks", warehouse)["table_id"].to_list()
+    rows = store.query("SELECT * FROM simulations ORDER BY ALL", warehouse).rows()
+    files = sorted((warehouse.parent / "simulations").rglob("*.parquet"))
+    sizes = [pq.read_metadata(f).num_rows for f in files]
+    _flip_a_cycles_byte(files[0])
+    with pytest.raises(DamagedChunks, match=f"{files[0]}: its bytes are not those written"):
+        store.query("SELECT sum(cycles) FROM simulations", warehouse)  # a page's checksum fails: the file named
+    with pytest.raises(DamagedChunks, match="1 recorded simulation chunk file"):  # before anything learns
+        simulations_store.verified(warehouse, tables)
+    assert store.query("SELECT count(*) FROM simulation_chunks", warehouse).item() == len(files) - 1  # forgotten
+    again = steps.simulate_shard(ctx, 0, chunk=40)
+    assert again["simulated"] == sizes[0] and again["damaged_chunks_redone"] == 0
+    assert store.query("SELECT * FROM simulations ORDER BY ALL", warehouse).rows() == rows
+    simulations_store.verified(warehouse, tables)  # whole again
+
+    _flip_a_cycles_byte(files[1])  # found by the shard itself too: named, forgotten, simulated again
+    lines = []
+    out = steps.simulate_shard(ctx, 0, chunk=40, log=lines.append)
+    assert out["damaged_chunks_redone"] == 1 and out["simulated"] == sizes[1]
+    assert len(lines) == 1 and str(files[1]) in lines[0] and "simulated again" in lines[0]
+    assert store.query("SELECT * FROM simulations ORDER BY ALL", warehouse).rows() == rows
+
+    from typer.testing import CliRunner
+
+    from difftune_pipeline.cli import app
+
+    runner, args = CliRunner(), ["verify", "--warehouse", str(warehouse)]
+    whole = runner.invoke(app, args)
+    assert (
+        whole.exit_code == 0
+        and f"{len(files)} simulation chunk files" in whole.stdout
+        and ": 0 damaged" in whole.stdout
+    )
+    _flip_a_cycles_byte(files[2])
+    for extra, recorded in ((["--check-only"], len(files)), ([], len(files) - 1)):
+        found = runner.invoke(app, [*args, *extra])
+        assert found.exit_code == 1 and f"damaged: {files[2]}: its bytes are not those written" in found.stderr
+        assert store.query("SELECT count(*) FROM simulation_chunks", warehouse).item() == recorded
 
 
 @pytest.mark.browser

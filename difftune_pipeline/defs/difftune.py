@@ -185,10 +185,14 @@ def simulations(
     the view ``simulations``). A shard skips pairs already recorded: an
     interrupted run resumes without repeating or duplicating work."""
     ctx = _ctx(context, warehouse, engine, settings, compute)
-    out = steps.simulate_shard(ctx, shard_index(context))
+    damaged: list[str] = []
+    out = steps.simulate_shard(
+        ctx, shard_index(context), log=lambda line: (damaged.append(line), context.log.warning(line))
+    )
     return dg.MaterializeResult(
         metadata={
             **out,
+            **({"warning": "; ".join(damaged)} if damaged else {}),
             "compute": compute.describe(),
             "dagster/row_count": simulations_store.simulated_rows(warehouse.path, ctx.uarch),
         },

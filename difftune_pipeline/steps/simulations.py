@@ -3,9 +3,9 @@ tables at a time, in chunks of one table's blocks. Whoever simulates a chunk
 (a Ray worker, or this process) writes it as a Parquet file
 (``warehouse.simulation_files``); this step only records which chunks exist, a
 short transaction per batch of finished chunks, so no single writer limits how
-many workers simulate. A recorded chunk whose file was since deleted or
-truncated is forgotten and simulated again. A chunk's file is named by what it simulated, and the
-chunks are cut the same way on every run from the pairs not yet recorded: a
+many workers simulate. A recorded chunk whose file was since deleted, truncated
+or altered (its SHA-256 is checked) is forgotten and simulated again. A chunk's
+file is named by what it simulated, and the chunks are cut the same way on every run from the pairs not yet recorded: a
 killed worker's chunk is simulated again into the same file, and a killed step
 resumes without repeating a recorded chunk or recording one twice."""
 
@@ -43,8 +43,9 @@ def _chunks(ctx: StepContext, space, default, mine: list[SampledTable], position
             yield table, [position[b] for b in piece], Chunk(key, t.table_id, piece)
 
 
-def simulate_shard(ctx: StepContext, shard: int, chunk: int = CHUNK) -> dict:
-    """Simulate a shard's pairs not yet recorded, ``chunk`` pairs per file."""
+def simulate_shard(ctx: StepContext, shard: int, chunk: int = CHUNK, log=print) -> dict:
+    """Simulate a shard's pairs not yet recorded, ``chunk`` pairs per file; each recorded
+    chunk's file is checked in full first."""
     space, default, blocks = ctx.space()
     mine = [t for t in ctx.sampled_tables(space) if shard_of(t.table_id, ctx.settings.shards) == shard]
     by_id = {t.table_id: t for t in mine}
@@ -55,10 +56,12 @@ def simulate_shard(ctx: StepContext, shard: int, chunk: int = CHUNK) -> dict:
         root, str(Path(ctx.db).resolve()), ctx.uarch, ctx.engine.llvm_version, iterations, f"shard-{shard}"
     )
     started, t0 = time.time(), time.perf_counter()
-    lost = simulations.lost_chunks(ctx.db, list(by_id))
-    if lost:  # a file deleted or truncated since it was recorded: its pairs are simulated again
+    damaged = simulations.damaged_chunks(ctx.db, list(by_id))
+    for _, file, why in damaged:  # deleted, truncated or altered since it was recorded: simulated again
+        log(f"simulation chunk {resolve(ctx.db, file)}: {why}: forgotten, simulated again")
+    if damaged:
         with writer(ctx.db) as con:
-            simulations.forget_chunks(con, lost)
+            simulations.forget_chunks(con, [key for key, _, _ in damaged])
     counts = {"planned": 0, "already_done": 0}
     written, finished, last = 0, [], time.perf_counter()
     todo: Iterator = _chunks(ctx, space, default, mine, {b: i for i, b in enumerate(ids)}, chunk, counts)
@@ -74,7 +77,7 @@ def simulate_shard(ctx: StepContext, shard: int, chunk: int = CHUNK) -> dict:
     return {
         **counts,
         "simulated": written,
-        "lost_chunks_redone": len(lost),
+        "damaged_chunks_redone": len(damaged),
         "tables": len(mine),
         "stale_files_removed": files.remove_stale(started),
         "seconds": round(elapsed, 1),

@@ -24,6 +24,7 @@ def train_surrogate(ctx: StepContext, log=print) -> dict:
     space, default, train_blocks = ctx.space()
     tables = ctx.sampled_tables(space)
     table_ids = [t.table_id for t in tables]
+    simulations.verified(ctx.db, table_ids)  # nothing learns from a damaged chunk, nor is reused as if it had not
     run_id = "surrogate-" + fingerprint(
         CODE_VERSIONS["surrogate"],
         space.fingerprint(),

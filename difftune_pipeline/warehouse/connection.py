@@ -175,25 +175,37 @@ def query(sql: str, path: str | Path = DEFAULT_PATH, params: list | None = None)
     """Run one statement on a read-only connection: a query can never write."""
     con = connect(path, read_only=True)
     try:
-        _with_simulations(con, path, sql)
-        return con.sql(sql, params=params or None).pl()
+        with _with_simulations(con, path, sql):
+            return con.sql(sql, params=params or None).pl()
     finally:
         con.close()
 
 
-def _with_simulations(con: duckdb.DuckDBPyConnection, path: str | Path, sql: str) -> None:
+@contextlib.contextmanager
+def _with_simulations(con: duckdb.DuckDBPyConnection, path: str | Path, sql: str) -> Iterator[None]:
     """A statement that reads ``simulations`` reads the recorded chunks' Parquet files
-    (``simulation_files``): the view is given to its connection, over the files recorded now."""
+    (``simulation_files``): the view is given to its connection, over the files recorded
+    now, each checked cheaply first. A scan that fails on a file's bytes (a page's
+    checksum) is said as the damaged chunk files it found, checked in full."""
     try:
         reads = "simulations" in {name.lower() for name in duckdb.get_table_names(sql)}
     except duckdb.Error:  # a statement with parameters is not bound here: its text says
         reads = re.search(r"\bsimulations\b", sql, re.IGNORECASE) is not None
-    if reads:
-        from difftune_pipeline.warehouse import simulation_files
+    if not reads:
+        yield
+        return
+    from difftune_pipeline.warehouse import simulation_files
 
-        files = [file for (file,) in con.execute("SELECT file FROM simulation_chunks").fetchall()]
-        simulation_files.check_local(path, files)
-        simulation_files.register(con, path, files)
+    records = con.execute("SELECT file, bytes, rows, sha256 FROM simulation_chunks").fetchall()
+    simulation_files.check(path, records)
+    simulation_files.register(con, path, [file for file, *_ in records])
+    try:
+        yield
+    except (duckdb.InvalidInputException, duckdb.IOException) as exc:
+        damaged = simulation_files.damage(path, records, full=True)
+        if damaged:
+            raise simulation_files.DamagedChunks(path, damaged) from exc
+        raise
 
 
 EXPLAIN = re.compile(r"^\s*explain\s+(analy[sz]e\s+)?", re.IGNORECASE)
@@ -234,13 +246,13 @@ def user_query(
     con = connect(path, read_only=True)
     timer = threading.Timer(timeout, con.interrupt) if timeout else None
     try:
-        _with_simulations(con, path, sql)
-        if timer is not None:
-            timer.start()
-        result = con.sql(sql)
-        if result is None:
-            return [], []
-        return list(result.columns), result.fetchall()
+        with _with_simulations(con, path, sql):
+            if timer is not None:
+                timer.start()
+            result = con.sql(sql)
+            if result is None:
+                return [], []
+            return list(result.columns), result.fetchall()
     except duckdb.InterruptException:
         raise TimeoutError(f"the query ran longer than {timeout:g} s (--timeout) and was stopped") from None
     finally:

@@ -8,6 +8,11 @@ never adds a second one. It is written under a hidden temporary name and then
 renamed, so no reader ever sees half a file. The warehouse records each chunk
 (key, file, rows, checksum) in ``simulation_chunks``; only recorded files are
 read, through ``simulations``, a view each reading connection gets over them.
+
+A file is checked against its record: cheaply on every read (its size, and its
+footer's row count), in full before anything learns from it (the SHA-256 of its
+bytes), and its pages carry Parquet's own checksums, which every scan verifies.
+A file that fails is damaged: its chunk is forgotten and simulated again.
 """
 
 from __future__ import annotations
@@ -124,7 +129,7 @@ class ChunkWriter:
         """``frame`` (rows of ``SCHEMA``) as the file of chunk ``key``: encoded in
         memory, written under a temporary name, then renamed into place."""
         encoded = pa.BufferOutputStream()
-        pq.write_table(frame, encoded)
+        pq.write_table(frame, encoded, write_page_checksum=True)
         data = encoded.getvalue()
         fs, base = filesystem(self.root)
         folder = posixpath.join(base, self.mcpu, self.shard)
@@ -189,17 +194,80 @@ def sizes(db: str | Path, files: list[str]) -> list[int | None]:
     return out
 
 
-def check_local(db: str | Path, files: list[str]) -> None:
-    """Every recorded file on this machine's disk exists (a URI's are not asked:
-    that would cost a request per file), else ``FileNotFoundError`` naming them."""
-    local = [f for f in files if "://" not in f]
-    gone = [f for f, size in zip(local, sizes(db, local)) if size is None]
-    if gone:
-        raise FileNotFoundError(
-            f"{len(gone)} recorded simulation chunk file(s) are gone, e.g. {resolve(db, gone[0])}: "
-            "materialise the simulations again (their shards simulate them again), or move the "
-            "warehouse's folder together with its simulations/"
+GONE = "the file is gone"
+
+
+class DamagedChunks(OSError):
+    """Recorded chunk files that are gone or not what was written; the message names one and why."""
+
+    def __init__(self, db: str | Path, damaged: list[tuple[str, str]]):
+        self.files = [file for file, _ in damaged]
+        file, why = damaged[0]
+        gone = all(w == GONE for _, w in damaged)
+        super().__init__(
+            f"{len(damaged)} recorded simulation chunk file(s) are {'gone' if gone else 'damaged or gone'}, e.g. "
+            f"{resolve(db, file)}: {why}; `difftune verify` forgets them and the next `difftune materialize` "
+            "simulates them again"
+            + (" (or move the warehouse's folder together with its simulations/)" if gone else "")
         )
+
+
+# Local files whose size and footer matched their record, by (location, size, mtime): a read
+# checks a file again only once it changed (a chunk's file is never rewritten in place).
+_FOOTERS_OK: set[tuple[str, int, int]] = set()
+
+
+def damage(db: str | Path, records: list[tuple[str, int, int, str]], full: bool) -> list[tuple[str, str]]:
+    """(file, why) of each recorded (file, bytes, rows, sha256) whose file is gone, is
+    not the size recorded, has a footer that does not read or counts other rows, or,
+    with ``full``, whose bytes do not hash to the SHA-256 recorded. Without ``full``,
+    files behind a URI are not asked (a request each)."""
+    out = []
+    for file, size, rows, sha256 in records:
+        location = resolve(db, file)
+        if "://" in location and not full:
+            continue
+        why = _damage(location, size, rows, sha256 if full else None)
+        if why:
+            out.append((file, why))
+    return out
+
+
+def _damage(location: str, size: int, rows: int, sha256: str | None) -> str | None:
+    fs, path = filesystem(location)
+    info = fs.get_file_info(path)
+    if info.type != pafs.FileType.File:
+        return GONE
+    if info.size != size:
+        return f"{info.size} bytes, {size} recorded"
+    local = "://" not in location
+    seen = (location, info.size, info.mtime_ns or 0)
+    if sha256 is None and local and seen in _FOOTERS_OK:
+        return None
+    try:
+        with fs.open_input_file(path) as fh:
+            footer_rows = pq.read_metadata(fh).num_rows
+            if footer_rows != rows:
+                return f"its footer counts {footer_rows} rows, {rows} recorded"
+            if sha256 is not None:
+                fh.seek(0)
+                digest = hashlib.sha256()
+                while block := fh.read(1 << 20):
+                    digest.update(block)
+                if digest.hexdigest() != sha256:
+                    return "its bytes are not those written (their SHA-256 is not the one recorded)"
+    except (OSError, pa.ArrowException) as exc:
+        return f"its footer does not read ({str(exc).splitlines()[0]})"
+    if local:
+        _FOOTERS_OK.add(seen)
+    return None
+
+
+def check(db: str | Path, records: list[tuple[str, int, int, str]]) -> None:
+    """The cheap check of every read: ``DamagedChunks`` naming the files that fail it."""
+    damaged = damage(db, records, full=False)
+    if damaged:
+        raise DamagedChunks(db, damaged)
 
 
 def dataset(db: str | Path, files: list[str]) -> ds.Dataset:
@@ -214,7 +282,9 @@ def dataset(db: str | Path, files: list[str]) -> ds.Dataset:
             by_fs.setdefault(f"{parts.scheme}://{parts.netloc}", (fs, []))[1].append(path)
         else:
             by_fs.setdefault("local", (pafs.LocalFileSystem(), []))[1].append(location)
-    fmt = ds.ParquetFileFormat()
+    fmt = ds.ParquetFileFormat(  # a page whose checksum fails is an error, never wrong numbers
+        default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True)
+    )
     parts = [ds.FileSystemDataset.from_paths(paths, SCHEMA, fmt, fs) for fs, paths in by_fs.values()]
     if not parts:
         return ds.FileSystemDataset.from_paths([], SCHEMA, fmt, pafs.LocalFileSystem())

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from difftune_pipeline.warehouse import simulation_files
-from difftune_pipeline.warehouse.connection import Db, insert_new, now, query
+from difftune_pipeline.warehouse.connection import Db, insert_new, now, query, writer
 from difftune_pipeline.warehouse.simulation_files import CHUNK_COLUMNS
 
 
@@ -30,16 +30,33 @@ def record_chunks(con: duckdb.DuckDBPyConnection, records: list[dict]) -> int:
     return insert_new(con, "simulation_chunks", frame, ["chunk_key"])
 
 
-def lost_chunks(db: Db, table_ids: list[str]) -> list[str]:
-    """Recorded chunks of ``table_ids`` whose file is gone or is not the size recorded
-    (deleted, truncated): their pairs count as not simulated."""
+def damaged_chunks(db: Db, table_ids: list[str] | None) -> list[tuple[str, str, str]]:
+    """(chunk key, file, why) of the recorded chunks of ``table_ids`` (None: every one) whose
+    file is gone or is not the one written (its size, footer or SHA-256): their pairs count as not simulated."""
     rows = query(
-        "SELECT chunk_key, file, bytes FROM simulation_chunks WHERE table_id IN (SELECT unnest(?)) ORDER BY chunk_key",
+        "SELECT chunk_key, file, bytes, rows, sha256 FROM simulation_chunks "
+        "WHERE ?::VARCHAR[] IS NULL OR table_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY chunk_key",
         db,
-        [table_ids],
+        [table_ids, table_ids],
     )
-    now_ = simulation_files.sizes(db, rows["file"].to_list())
-    return [k for k, size, was in zip(rows["chunk_key"], now_, rows["bytes"]) if size != was]
+    keys = dict(zip(rows["file"], rows["chunk_key"]))
+    damaged = simulation_files.damage(db, rows.select("file", "bytes", "rows", "sha256").rows(), full=True)
+    return [(keys[file], file, why) for file, why in damaged]
+
+
+def verified(db: Db, table_ids: list[str]) -> None:
+    """Before anything learns from the chunks of ``table_ids``: each checked in full.
+    Damaged ones are forgotten (their shards simulate them again) and ``DamagedChunks`` names them."""
+    damaged = damaged_chunks(db, table_ids)
+    if damaged:
+        with writer(db) as con:
+            forget_chunks(con, [key for key, _, _ in damaged])
+        raise simulation_files.DamagedChunks(db, [(file, why) for _, file, why in damaged])
+
+
+def chunk_totals(db: Db) -> tuple[int, int]:
+    """(chunks, bytes) recorded."""
+    return query("SELECT count(*) AS n, coalesce(sum(bytes), 0)::BIGINT AS b FROM simulation_chunks", db).row(0)
 
 
 def forget_chunks(con: duckdb.DuckDBPyConnection, keys: list[str]) -> None:
