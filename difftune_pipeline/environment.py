@@ -77,6 +77,7 @@ def read(env: Mapping[str, str] = os.environ, *, probe: bool = False) -> Environ
     if not re.fullmatch(r"[0-9]{1,6}", workers):
         raise _refused("DIFFTUNE_RAY_WORKERS", workers, "a number of workers, 0 for one per free CPU")
     simulations_root(env)
+    query_sizes(env)
     if probe:
         torch_device(env.get("DIFFTUNE_TORCH_DEVICE", ""))
         if compute == "ray":
@@ -141,3 +142,24 @@ def inbox_path(env: Mapping[str, str] = os.environ) -> Path:
     from difftune_pipeline.warehouse import DEFAULT_PATH
 
     return Path(env.get("DIFFTUNE_INBOX") or DEFAULT_PATH.parent / "inbox")
+
+
+def query_sizes(env: Mapping[str, str] = os.environ, memory: str | None = None, temp: str | None = None):
+    """(memory, temporary disk) a user's query may take: ``memory``/``temp`` (a command's
+    options), else ``DIFFTUNE_QUERY_MEMORY``/``DIFFTUNE_QUERY_TEMP``, else the defaults."""
+    from difftune_pipeline.warehouse.connection import DEFAULT_QUERY_MEMORY, DEFAULT_QUERY_TEMP, parse_size
+
+    out = []
+    for given, variable, option, default in (
+        (memory, "DIFFTUNE_QUERY_MEMORY", "--memory-limit", DEFAULT_QUERY_MEMORY),
+        (temp, "DIFFTUNE_QUERY_TEMP", "--temp-limit", DEFAULT_QUERY_TEMP),
+    ):
+        value = given or env.get(variable) or default
+        try:
+            parse_size(value)
+        except ValueError:
+            raise _refused(
+                option if given else variable, value, f"a size such as 2GB or 512MiB (default {default})"
+            ) from None
+        out.append(value.strip())
+    return tuple(out)

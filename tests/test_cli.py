@@ -386,6 +386,26 @@ def test_sql_stops_a_query_at_its_timeout(stocked):
     assert result.exit_code == 2 and "longer than 0.5 s" in result.stderr
 
 
+def test_sql_stops_a_runaway_query_at_its_memory_limit(stocked, monkeypatch):
+    runaway = "select string_agg(b::varchar, ',') from range(50000000) u(b)"
+    result = runner.invoke(app, ["sql", runaway, "--memory-limit", "100MB"])
+    assert result.exit_code == 2 and "more memory than its limit, 100MB (--memory-limit" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    monkeypatch.setenv("DIFFTUNE_QUERY_MEMORY", "100MB")  # the setting, when the option is not given
+    assert "more memory than its limit, 100MB" in runner.invoke(app, ["sql", runaway]).stderr
+    # a sort spills; what it spills is bounded too
+    spill = (
+        "select count(*) from (select row_number() over (order by x) r from (select a::varchar || repeat('x', 50) "
+        "|| b::varchar x from range(3000) t(a), range(1000) u(b))) where r % 1000 = 0"
+    )
+    spilled = runner.invoke(app, ["sql", spill, "--memory-limit", "60MB", "--temp-limit", "20MB"])
+    assert spilled.exit_code == 2 and "more temporary disk than its limit, 20MB (--temp-limit" in spilled.stderr
+    fine = runner.invoke(app, ["sql", spill, "--memory-limit", "60MB", "--temp-limit", "2GB", "--csv"])
+    assert fine.exit_code == 0 and fine.stdout.splitlines()[1] == "3000"  # spilled within its limit
+    bad = runner.invoke(app, ["sql", "select 1", "--memory-limit", "lots"])
+    assert bad.exit_code == 2 and "--memory-limit='lots': a size such as 2GB" in bad.stderr
+
+
 def test_a_duckdb_file_of_something_else_is_never_touched(cli_env):
     import duckdb
 

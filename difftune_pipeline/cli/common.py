@@ -46,7 +46,7 @@ def _main() -> None:
 # What a user's input or the warehouse's state can raise: reported as one line on
 # stderr (exit status 2), never a traceback. (InvalidTable is a ValueError;
 # WarehouseBusy an OSError.)
-USER_ERRORS = (ValueError, KeyError, OSError, duckdb.Error)
+USER_ERRORS = (ValueError, KeyError, OSError, MemoryError, duckdb.Error)
 
 
 def fail(exc: Exception) -> typer.Exit:

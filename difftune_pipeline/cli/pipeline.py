@@ -24,7 +24,7 @@ from difftune_pipeline.cli.common import (
     print_json,
 )
 from difftune_pipeline.warehouse import DEFAULT_PATH
-from difftune_pipeline.warehouse.connection import user_query
+from difftune_pipeline.warehouse.connection import QueryLimits, user_query
 
 
 @app.command()
@@ -36,11 +36,21 @@ def sql(
     timeout: Annotated[
         float, typer.Option(min=0.001, help="seconds before the query is stopped (writers wait while it runs)")
     ] = 300.0,
+    memory_limit: Annotated[
+        str | None, typer.Option(help="memory the query may hold (default: DIFFTUNE_QUERY_MEMORY, else 2GB)")
+    ] = None,
+    temp_limit: Annotated[
+        str | None, typer.Option(help="disk it may spill to (default: DIFFTUNE_QUERY_TEMP, else 8GB)")
+    ] = None,
 ) -> None:
     """Query the warehouse: one statement that only reads (a query, DESCRIBE, SHOW,
-    SUMMARIZE, EXPLAIN). Nothing outside the warehouse is reachable and nothing can be written."""
+    SUMMARIZE, EXPLAIN). Nothing outside the warehouse is reachable and nothing can be
+    written; a query that passes its time, memory or temporary-disk limit is stopped."""
+    from difftune_pipeline import environment
+
     try:
-        columns, rows = user_query(query, warehouse, timeout)
+        memory, temp = environment.query_sizes(memory=memory_limit, temp=temp_limit)
+        columns, rows = user_query(query, warehouse, QueryLimits(timeout, memory, temp))
     except USER_ERRORS as exc:
         raise fail(exc) from None
     except KeyboardInterrupt:

@@ -18,9 +18,11 @@ import logging
 import os
 import random
 import re
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,6 +34,10 @@ from difftune_pipeline.warehouse.schema import MIGRATIONS, migrate
 DEFAULT_PATH = Path("warehouse") / "difftune.duckdb"
 Db = str | Path  # a warehouse file
 DEFAULT_LOCK_TIMEOUT = 300.0
+# A user's query may hold this much memory and spill this much to disk: enough for any
+# query of the pipeline's tables, little enough to leave a 2-core, 24 GiB machine usable.
+DEFAULT_QUERY_MEMORY = "2GB"
+DEFAULT_QUERY_TEMP = "8GB"
 READ_ONLY_CONFIG = {
     "enable_external_access": False,  # no read_csv/COPY TO/ATTACH of other files, no INSTALL
     "autoinstall_known_extensions": False,
@@ -66,14 +72,15 @@ def _holder(message: str) -> str:
     return f"process {found.group(2)} ({found.group(1)})" if found else "another process"
 
 
-def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+def _open(path: Path, read_only: bool, limits: dict | None = None) -> duckdb.DuckDBPyConnection:
     """Open the file, waiting (with jittered back-off) while another process holds its lock."""
     timeout = lock_timeout()
     deadline = time.monotonic() + timeout
     delay, waited = 0.01, False
+    config = {**READ_ONLY_CONFIG, **(limits or {})} if read_only else {}
     while True:
         try:
-            con = duckdb.connect(str(path), read_only=read_only, config=READ_ONLY_CONFIG if read_only else {})
+            con = duckdb.connect(str(path), read_only=read_only, config=config)
             if waited:
                 log.info("the warehouse %s is free again", path)
             return con
@@ -100,14 +107,17 @@ def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
             delay = min(delay * 2, 0.25)
 
 
-def connect(path: str | Path = DEFAULT_PATH, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(
+    path: str | Path = DEFAULT_PATH, *, read_only: bool = False, limits: dict | None = None
+) -> duckdb.DuckDBPyConnection:
     """A connection to the warehouse, its schema brought up to date first (a read
-    of a file written by an older version migrates it once)."""
+    of a file written by an older version migrates it once). ``limits``: DuckDB
+    settings a read-only connection is opened with (and cannot change)."""
     path = Path(path)
     if read_only:
         if not path.exists():
             raise FileNotFoundError(f"no warehouse at {path}: materialise the pipeline first (make run)")
-        con = _open(path, read_only=True)
+        con = _open(path, read_only=True, limits=limits)
         if _identity(path) in _CURRENT:
             return con
         version = _version(con)
@@ -117,7 +127,7 @@ def connect(path: str | Path = DEFAULT_PATH, *, read_only: bool = False) -> duck
         if version < len(MIGRATIONS):  # written by an older version: migrate it once
             con.close()
             connect(path).close()
-            con = _open(path, read_only=True)
+            con = _open(path, read_only=True, limits=limits)
         _CURRENT.add(_identity(path))
         return con
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -221,15 +231,27 @@ def _one_statement(sql: str) -> duckdb.StatementType:
     return statements[0].type
 
 
+@dataclass(frozen=True)
+class QueryLimits:
+    """What a user's query may take: seconds (a reader holds the file, so writers wait
+    while it runs), memory, and temporary disk for what it spills (DuckDB sizes: '2GB')."""
+
+    seconds: float | None = None
+    memory: str = DEFAULT_QUERY_MEMORY
+    temp: str = DEFAULT_QUERY_TEMP
+
+
 def user_query(
-    sql: str, path: str | Path = DEFAULT_PATH, timeout: float | None = None
+    sql: str, path: str | Path = DEFAULT_PATH, limits: QueryLimits = QueryLimits()
 ) -> tuple[list[str], list[tuple]]:
     """A user's query: exactly one SELECT (DESCRIBE, SHOW and SUMMARIZE are
     SELECTs to DuckDB), or EXPLAIN of one, on the read-only connection; anything
     else is refused before it runs (EXPLAIN ANALYZE runs its statement: refused).
-    Returns the column names and the rows as Python values (any DuckDB type), and
-    interrupts the query after ``timeout`` seconds: a reader holds the file, so
-    writers wait while it runs."""
+    Returns the column names and the rows as Python values (any DuckDB type). The
+    query is stopped, with one line saying which limit it reached, after
+    ``limits.seconds``, or when it needs more memory than ``limits.memory`` or more
+    temporary disk than ``limits.temp`` (its spill goes to a folder of its own,
+    removed after it)."""
     kind = _one_statement(sql)
     if kind == duckdb.StatementType.EXPLAIN:
         found = EXPLAIN.match(sql)
@@ -243,22 +265,82 @@ def user_query(
             f"the warehouse is read-only here: only queries (SELECT, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN) "
             f"run, not {kind.name}"
         )
-    con = connect(path, read_only=True)
-    timer = threading.Timer(timeout, con.interrupt) if timeout else None
-    try:
-        with _with_simulations(con, path, sql):
-            if timer is not None:
-                timer.start()
-            result = con.sql(sql)
-            if result is None:
-                return [], []
-            return list(result.columns), result.fetchall()
-    except duckdb.InterruptException:
-        raise TimeoutError(f"the query ran longer than {timeout:g} s (--timeout) and was stopped") from None
-    finally:
-        if timer is not None:
-            timer.cancel()
-        con.close()
+    with tempfile.TemporaryDirectory(prefix="difftune-query-") as spill:
+        settings = {"memory_limit": limits.memory, "max_temp_directory_size": limits.temp, "temp_directory": spill}
+        con = connect(path, read_only=True, limits=settings)
+        guard = _Guard(con, limits, Path(spill))
+        try:
+            with _with_simulations(con, path, sql):
+                guard.start()
+                result = con.sql(sql)
+                if result is None:
+                    return [], []
+                return list(result.columns), result.fetchall()
+        except duckdb.InterruptException:
+            raise guard.reason() from None
+        except duckdb.OutOfMemoryException as exc:
+            raise (_over_temp(limits) if "max_temp_directory_size" in str(exc) else _over_memory(limits)) from None
+        finally:
+            guard.stop()
+            con.close()
+
+
+def _over_memory(limits: QueryLimits) -> MemoryError:
+    what = f"more memory than its limit, {limits.memory} (--memory-limit, DIFFTUNE_QUERY_MEMORY)"
+    return MemoryError(f"the query needed {what} and was stopped")
+
+
+def _over_temp(limits: QueryLimits) -> MemoryError:
+    what = f"more temporary disk than its limit, {limits.temp} (--temp-limit, DIFFTUNE_QUERY_TEMP)"
+    return MemoryError(f"the query needed {what} and was stopped")
+
+
+class _Guard(threading.Thread):
+    """Interrupts a user's query past its time, or once its spill folder holds more than
+    its temporary-disk limit (DuckDB's own max_temp_directory_size does not bound every
+    operator's spill: a sort's went past it)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, limits: QueryLimits, spill: Path):
+        super().__init__(daemon=True)
+        self.con, self.limits, self.spill = con, limits, spill
+        self.temp = parse_size(limits.temp)
+        self.over: str | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        deadline = time.monotonic() + self.limits.seconds if self.limits.seconds else float("inf")
+        while not self.done.wait(0.05):
+            if time.monotonic() >= deadline:
+                self.over = "time"
+            elif sum(f.stat().st_size for f in self.spill.rglob("*") if f.is_file()) > self.temp:
+                self.over = "temp"
+            if self.over:
+                self.con.interrupt()
+                return
+
+    def stop(self) -> None:
+        self.done.set()
+
+    def reason(self) -> Exception:
+        if self.over == "temp":
+            return _over_temp(self.limits)
+        if self.over == "time":
+            seconds = self.limits.seconds
+            return TimeoutError(f"the query ran longer than {seconds:g} s (--timeout) and was stopped")
+        return InterruptedError("the query was interrupted")
+
+
+SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*((?:[KMGT]i?)?B)", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size as DuckDB's settings take it (2GB, 512MiB, 100 kB); ``ValueError`` if it is not one."""
+    found = SIZE.fullmatch(text.strip())
+    if found is None:
+        raise ValueError(f"{text!r} is not a size such as 2GB or 512MiB")
+    number, unit = float(found.group(1)), found.group(2).upper()
+    power = "BKMGT".index(unit[0]) if unit != "B" else 0
+    return int(number * (1024 if "I" in unit else 1000) ** power)
 
 
 def scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None):
