@@ -8,8 +8,10 @@ their settings through ``read``.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +43,9 @@ class Environment:
 
 
 def read(env: Mapping[str, str] = os.environ, *, probe: bool = False) -> Environment:
-    """Every variable checked (``probe``: also what lies outside this process:
-    the torch device, a Ray cluster at ``RAY_ADDRESS``); ``SettingError`` on the first bad one."""
+    """Every variable checked (``probe``: also what lies outside this process: the
+    folders a run writes, the torch device, a Ray cluster at ``RAY_ADDRESS``);
+    ``SettingError`` on the first bad one."""
     profile = env.get("DIFFTUNE_PROFILE") or "sample"
     if profile not in config.PROFILES:
         raise _refused("DIFFTUNE_PROFILE", profile, f"one of {', '.join(sorted(config.PROFILES))}")
@@ -79,6 +82,7 @@ def read(env: Mapping[str, str] = os.environ, *, probe: bool = False) -> Environ
     simulations_root(env)
     query_sizes(env)
     if probe:
+        writable_folders(env)
         torch_device(env.get("DIFFTUNE_TORCH_DEVICE", ""))
         if compute == "ray":
             probe_ray(env.get("RAY_ADDRESS", ""))
@@ -135,6 +139,28 @@ def simulations_root(env: Mapping[str, str] = os.environ) -> str:
                 f"a folder or a URI pyarrow opens (s3://, gs://, hdfs://): {str(exc).splitlines()[0]}",
             ) from None
     return root
+
+
+def writable_folders(env: Mapping[str, str] = os.environ) -> None:
+    """The folders a run writes (the warehouse's, the inbox, and ``DIFFTUNE_SIMULATIONS``
+    when it is a local folder) are folders this process can write, made when missing,
+    before any work: else ``SettingError`` naming the variable and why."""
+    folders = [("DIFFTUNE_WAREHOUSE", warehouse_path(env).parent), ("DIFFTUNE_INBOX", inbox_path(env))]
+    root = simulations_root(env)
+    if root and "://" not in root:
+        folders.append(("DIFFTUNE_SIMULATIONS", Path(root)))
+    for variable, folder in folders:
+        try:
+            if folder.exists() and not folder.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, "it is a file")
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as exc:
+            value = env.get(variable, "")
+            where = f"{folder}" + ("" if value else f" (where {variable} is unset)")
+            accepted = f"{where} must be a folder this process can write: {exc.strerror or exc}"
+            raise _refused(variable, value, accepted) from None
 
 
 def inbox_path(env: Mapping[str, str] = os.environ) -> Path:

@@ -73,9 +73,14 @@ def smoke_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     the run printed. The whole-graph and documentation tests read it."""
     root = tmp_path_factory.mktemp("checkout")
     for entry in ROOT.iterdir():
-        if entry.name not in {"warehouse", ".dagster_home", ".git", ".pytest_cache"}:
+        if entry.name not in {"warehouse", ".dagster_home", ".git", ".pytest_cache", ".gitignore"}:
             (root / entry.name).symlink_to(entry)
+    shutil.copy(ROOT / ".gitignore", root / ".gitignore")  # git reads no linked .gitignore
     (root / "warehouse").mkdir()
+    shutil.copy(ROOT / "warehouse" / "README.md", root / "warehouse" / "README.md")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "checkout"]):  # to see what a run leaves
+        subprocess.run([*git, *args], cwd=root, check=True, capture_output=True)
     env = {k: v for k, v in clean_env(root).items() if k != "DAGSTER_HOME"}  # make sets the checkout's
     run = subprocess.run(
         ["make", "run"],

@@ -314,6 +314,14 @@ def test_a_chunk_file_altered_in_place_is_never_learned_from(ctx, warehouse):
         assert store.query("SELECT count(*) FROM simulation_chunks", warehouse).item() == recorded
 
 
+def test_a_run_leaves_the_checkout_as_it_was(smoke_run):
+    """Everything a run writes (warehouse, simulations, models, logs, reports, instance) is ignored by git."""
+    root, _ = smoke_run
+    assert (root / "warehouse" / "simulations").is_dir() and (root / "warehouse" / "logs").is_dir()
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=root, capture_output=True)
+    assert status.returncode == 0 and status.stdout.decode() == ""
+
+
 @pytest.mark.browser
 def test_materialise_the_whole_graph_with_the_cli(smoke_run, tmp_path, monkeypatch):
     root, run = smoke_run  # `make run` on the smoke profile, in a checkout of its own

@@ -1,12 +1,15 @@
 """Every bad setting is refused before any work: one line on stderr naming the
 variable, its value and what is accepted, exit status 2, the warehouse untouched."""
 
+import atexit
+import functools
 import hashlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,11 +67,46 @@ CASES = [
     ({"DIFFTUNE_TUNER": "fast"}, "DIFFTUNE_TUNER='fast': unknown tuner 'fast'"),
     ({"DIFFTUNE_SIMULATIONS": "nosuch://x"}, "DIFFTUNE_SIMULATIONS='nosuch://x': a folder or a URI pyarrow opens"),
     (
+        {"DIFFTUNE_SIMULATIONS": "{file}"},
+        "DIFFTUNE_SIMULATIONS='{file}': {file} must be a folder this process can write: it is a file",
+    ),
+    (
+        {"DIFFTUNE_SIMULATIONS": "/proc/x"},
+        "DIFFTUNE_SIMULATIONS='/proc/x': /proc/x must be a folder this process can write",
+    ),
+    (
+        {"DIFFTUNE_INBOX": "/proc/x/inbox"},
+        "DIFFTUNE_INBOX='/proc/x/inbox': /proc/x/inbox must be a folder this process",
+    ),
+    (
+        {"DIFFTUNE_INBOX": "{ro}/inbox"},
+        "DIFFTUNE_INBOX='{ro}/inbox': {ro}/inbox must be a folder this process can write",
+    ),
+    ({"DIFFTUNE_QUERY_MEMORY": "lots"}, "DIFFTUNE_QUERY_MEMORY='lots': a size such as 2GB or 512MiB"),
+    (
         {"DIFFTUNE_COMPUTE": "ray", "RAY_ADDRESS": "127.0.0.1:{port}"},
         "RAY_ADDRESS='127.0.0.1:{port}': no Ray cluster answered within 5 s",
     ),
     ({"DIFFTUNE_COMPUTE": "ray", "RAY_ADDRESS": "nowhere"}, "RAY_ADDRESS='nowhere': a Ray cluster's HOST:PORT"),
 ]
+
+
+def _placed(text: str, places: dict) -> str:
+    for name, value in places.items():
+        text = text.replace(name, value)
+    return text
+
+
+@functools.cache
+def _read_only_mount() -> str:
+    """A read-only folder: a tmpfs mounted read-only where this machine allows it, else /sys
+    (read-only in every container)."""
+    folder = Path(tempfile.mkdtemp(prefix="difftune-ro-"))
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        return "/sys/fs"
+    atexit.register(subprocess.run, ["umount", str(folder)], capture_output=True)
+    return str(folder)
 
 
 @pytest.fixture
@@ -90,15 +128,17 @@ def _digest(folder: Path) -> dict:
 @pytest.mark.parametrize("env, message", CASES)
 def test_a_bad_setting_is_one_line_and_exit_2_before_any_work(quiet_env, monkeypatch, env, message):
     port = _closed_port()
+    places = {"{port}": str(port), "{file}": str(quiet_env), "{ro}": _read_only_mount()}
     for var, value in env.items():
-        monkeypatch.setenv(var, value.replace("{port}", str(port)))
+        monkeypatch.setenv(var, _placed(value, places))
+    message = _placed(message, places)
     before = _digest(quiet_env.parent)
     t0 = time.monotonic()
     result = runner.invoke(app, ["materialize"])
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert message.replace("{port}", str(port)) in lines[0]
+    assert message in lines[0]
     assert time.monotonic() - t0 < 30  # an address that never answers is given up on
     assert _digest(quiet_env.parent) == before  # nothing written: no warehouse change, no instance, no log
 
