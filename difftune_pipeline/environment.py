@@ -142,13 +142,14 @@ def simulations_root(env: Mapping[str, str] = os.environ) -> str:
 
 
 def writable_folders(env: Mapping[str, str] = os.environ) -> None:
-    """The folders a run writes (the warehouse's, the inbox, and ``DIFFTUNE_SIMULATIONS``
-    when it is a local folder) are folders this process can write, made when missing,
+    """The folders a run writes (the warehouse's, the inbox, and the simulations' when
+    they are a local folder) are folders this process can write, made when missing,
     before any work: else ``SettingError`` naming the variable and why."""
-    folders = [("DIFFTUNE_WAREHOUSE", warehouse_path(env).parent), ("DIFFTUNE_INBOX", inbox_path(env))]
+    warehouse = warehouse_path(env).parent
+    folders = [("DIFFTUNE_WAREHOUSE", warehouse), ("DIFFTUNE_INBOX", inbox_path(env))]
     root = simulations_root(env)
-    if root and "://" not in root:
-        folders.append(("DIFFTUNE_SIMULATIONS", Path(root)))
+    if "://" not in root:
+        folders.append(("DIFFTUNE_SIMULATIONS", Path(root) if root else warehouse / "simulations"))
     for variable, folder in folders:
         try:
             if folder.exists() and not folder.is_dir():

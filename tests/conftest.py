@@ -82,6 +82,7 @@ def smoke_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "checkout"]):  # to see what a run leaves
         subprocess.run([*git, *args], cwd=root, check=True, capture_output=True)
     env = {k: v for k, v in clean_env(root).items() if k != "DAGSTER_HOME"}  # make sets the checkout's
+    before = _status(ROOT)  # what the run writes through the links lands in the real checkout
     run = subprocess.run(
         ["make", "run"],
         cwd=root,
@@ -91,4 +92,11 @@ def smoke_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
         timeout=1800,
     )
     assert run.returncode == 0, run.stdout + run.stderr
+    run.checkouts_status = {"linked checkout": (before, _status(ROOT)), "scratch copy": ("", _status(root))}
     return root, run
+
+
+def _status(checkout: Path) -> str:
+    """``git status`` of a checkout: what is new or changed there, ignored files aside."""
+    command = ["git", "status", "--porcelain", "--untracked-files=all"]
+    return subprocess.run(command, cwd=checkout, capture_output=True, text=True, check=True).stdout

@@ -6,6 +6,7 @@ import pytest
 from conftest import SAMPLE
 from difftune_pipeline.engine import InvalidTable, ParamTable
 from difftune_pipeline.ingest import batches as ingest
+from difftune_pipeline.ingest import owner
 from difftune_pipeline.ingest.blocks import block_id, split_of
 from difftune_pipeline.warehouse import connection as store
 from difftune_pipeline.warehouse import ingestion, schema, tables
@@ -325,11 +326,126 @@ def test_a_killed_ingestion_is_never_usable_and_is_read_again_from_nothing(haswe
     assert _count(warehouse, "SELECT count(*) FROM quarantine") == 2
 
 
-def test_rows_read_column_wise_and_one_by_one_agree(haswell, warehouse, tmp_path):
-    """Unusual but good rows (spaces, exponents, signs, upper case) take the slow path and are read as before."""
+def test_unusual_but_good_rows_are_measurements(haswell, warehouse, tmp_path):
+    """Spaces, exponents, signs, upper case, a no-break space (read one by one)."""
     path = tmp_path / "batch.csv"
     path.write_text(" 4801D8 , 1e2\n4883c0014839d875f7,\u00a0+250.\n4801c0,.5e3\n")
     summary = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
     assert (summary.n_ingested, summary.n_quarantined) == (3, 0)
     values = store.query("SELECT cycles_per_100 FROM measurements ORDER BY line_no", warehouse)["cycles_per_100"]
     assert values.to_list() == [100.0, 250.0, 500.0]
+
+
+EDGE_ROWS = [
+    "4801d8,100", " 4801D8 , 1e2", "4801d8,\t+250.", "4801d8,.5e3", "4801d8,\u00a0100", "4801d8,1_000",
+    "4801d8,\u0661\u0660\u0660", "4801d8,1e400", "4801d8,1e-400", "4801d8,0", "4801d8,-0", "4801d8,-3",
+    "4801d8,nan", "4801d8,inf", "4801d8,1e8", "4801d8,100000001", "4801d8,1", "4801d8,0.99", "abc,1",
+    "zz,1", ",1", "4801d8", "4801d8,1,2", "4801d8,", "4801d8,1e", "4801d8,.", "4801d8,+", "4801d8, 1 2",
+    "\x00\x01", "4801d8,1\r", "48 01,5", "0x4801,5", "4801d8,١٠٠", "4801d8,100" + "0" * 400,
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("per_iteration", [False, True])
+def test_rows_read_column_wise_are_read_as_one_by_one(per_iteration):
+    """The column-wise reader and the one-row-at-a-time one agree on every row: kept or
+    refused, the value, the reason."""
+    scale = 100.0 if per_iteration else 1.0
+    bounds = tuple(b / scale for b in ingest.THROUGHPUT_BOUNDS)
+    chunk = list(enumerate(EDGE_ROWS, start=1))
+    fast, fast_bad = ingest._measurement_rows(chunk, bounds)
+    slow, slow_bad = ingest._split_rows(chunk, "cycles", False, None, bounds)
+    assert sorted(fast.rows()) == sorted((n, h, v) for n, _, h, v in slow)
+    assert sorted(fast_bad) == sorted(slow_bad)
+    assert fast.height and fast_bad  # both kinds were there
+    empty, nothing = ingest._measurement_rows([], bounds)
+    assert empty.is_empty() and nothing == []
+
+
+@pytest.mark.parametrize("text", ["\n", "  \t", "4801d8,100\n  \t", "\n\n4801d8,100\r", "4801d8,100"])
+def test_files_of_blank_lines_or_without_a_last_newline(haswell, warehouse, tmp_path, text):
+    path = tmp_path / "batch.csv"
+    path.write_bytes(text.encode())
+    summary = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+    measured = "4801d8" in text
+    assert (summary.n_read, summary.n_ingested) == ((1, 1) if measured else (0, 0))
+    assert summary.status == ("ok" if measured else "failed_sanity")  # "no row became a measurement"
+
+
+def _between_chunks(monkeypatch, action, at: int = 1):
+    """Run ``action`` after the ``at``-th chunk of a file is committed, before the next."""
+    from difftune_pipeline.ingest import reader
+
+    real = reader.NumberedLines.chunks
+
+    def chunks(self):
+        for i, chunk in enumerate(real(self)):
+            if i == at:
+                action()
+            yield chunk
+
+    monkeypatch.setattr(reader, "BLOCK", 2048)
+    monkeypatch.setattr(reader.NumberedLines, "chunks", chunks)
+
+
+def test_a_batch_dropped_while_it_is_read_stays_dropped(haswell, warehouse, tmp_path, monkeypatch):
+    path = tmp_path / "batch.csv"
+    path.write_text(_lines_of(300))
+    batch = _batch_of(_lines_of(300), tmp_path)
+
+    def drop():
+        with store.writer(warehouse) as con:
+            assert ingestion.drop_batch(con, batch, "withdrawn mid-read")["rows_removed"] > 0
+
+    _between_chunks(monkeypatch, drop)
+    summary = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+    assert summary.status == "dropped" and "dropped or taken over" in summary.note
+    assert _count(warehouse, "SELECT count(*) FROM measurements") == 0  # nothing added after the drop
+    assert _count(warehouse, "SELECT status FROM batches") == "dropped"
+    assert ingest.ingest_measurements(path, "haswell", warehouse, haswell).already_ingested
+
+
+def test_a_batch_a_live_reader_holds_is_left_to_it_and_a_dead_ones_is_taken_over(
+    haswell, warehouse, tmp_path, monkeypatch
+):
+    path = tmp_path / "batch.csv"
+    path.write_text(_lines_of(300))
+    seen = []
+    _between_chunks(monkeypatch, lambda: seen.append(ingest.ingest_measurements(path, "haswell", warehouse, haswell)))
+    first = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+    (second,) = seen  # tried while the first read it: left to it, nothing added
+    assert second.status == "ingesting" and "is being ingested by process" in second.note
+    assert first.status == "ok" and _usable(warehouse) == _count(warehouse, "SELECT count(*) FROM measurements") == 300
+
+    with store.writer(warehouse) as con:  # as a reader that died (no such process) left it
+        con.execute("UPDATE batches SET status = 'ingesting', owner = ?", [f"{owner.HOST} 999999999 abc"])
+    monkeypatch.undo()
+    again = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+    assert again.status == "ok" and not again.already_ingested
+    assert _count(warehouse, "SELECT count(*) FROM measurements") == 300  # read again from nothing, once
+
+
+def test_two_processes_ingesting_one_batch_store_its_rows_once(warehouse, tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "batch.csv"
+    path.write_text(_lines_of(1500))
+    script = "; ".join(
+        [
+            "import sys",
+            "from difftune_pipeline.ingest import batches, reader",
+            "from difftune_pipeline.engine import Engine",
+            "reader.BLOCK = 4096",
+            "s = batches.ingest_measurements(sys.argv[1], 'haswell', sys.argv[2], Engine('haswell'))",
+            "print(s.status, s.n_ingested)",
+        ]
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(path), str(warehouse)], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=300)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert sorted(o[0] for o in outputs) in (["ingesting", "ok"], ["ok", "ok"])  # one read it; the other left it
+    assert _count(warehouse, "SELECT count(*) FROM measurements") == _usable(warehouse) == 1500
+    assert _count(warehouse, "SELECT count(*) FROM quarantine") == 2

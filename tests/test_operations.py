@@ -370,3 +370,27 @@ def test_ingest_without_the_daemon_and_partitions_from_the_warehouse(tmp_path, m
     assert runner.invoke(app, ["materialize", "--select", "key:blocks"]).exit_code == 0
     with dg.DagsterInstance.get() as instance:
         assert instance.get_dynamic_partitions(UARCHS.name) == ["haswell"]
+
+
+def test_the_sensor_asks_again_for_a_batch_whose_reader_died(tmp_path, warehouse):
+    from difftune_pipeline.ingest import owner
+
+    box, instance = tmp_path / "inbox", dg.DagsterInstance.ephemeral()
+    path = _drop(box / "haswell", "b.csv", ROWS[:30])
+    first = _sensor(instance, box)
+    (request,) = first.run_requests
+    assert isinstance(_sensor(instance, box, cursor=first.cursor), dg.SkipReason)  # asked once
+    batch = request.partition_key.rsplit("-", 1)[1]
+    with store.writer(warehouse) as con:  # its run began, and its process was killed mid-read
+        con.execute(
+            "INSERT INTO batches VALUES (?, 'measurements', 'haswell', NULL, ?, 0, 0, 0, now(), 'ingesting', NULL, "
+            "now(), ?)",
+            [batch, str(path), f"{owner.HOST} 999999999 dead"],
+        )
+    again = _sensor(instance, box, cursor=first.cursor)
+    assert [r.partition_key for r in again.run_requests] == [request.partition_key]
+    assert again.run_requests[0].run_key != request.run_key
+    assert isinstance(_sensor(instance, box, cursor=again.cursor), dg.SkipReason)
+    with store.writer(warehouse) as con:  # a live reader holds it: nothing to ask
+        con.execute("UPDATE batches SET owner = ?", [f"{owner.HOST} {os.getppid()} live"])
+    assert isinstance(_sensor(instance, box), dg.SkipReason)

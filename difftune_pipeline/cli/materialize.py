@@ -135,6 +135,8 @@ def _run(graph, job, ordered: list, uarchs: list[str] | None, screen: Console, v
             for i, (group_keys, partitions_def) in enumerate(groups):
                 # partitions are read when their asset's turn comes: ingestion adds the µarchs
                 partitions = [None] if partitions_def is None else _partitions(partitions_def, instance, uarchs)
+                if getattr(partitions_def, "name", None) == "measurement_batches":  # only the inbox's batches to read
+                    partitions = [p for p in partitions if p in inbox_tags]
                 narrowed |= partitions_def is not None
                 matched |= {u for u in uarchs or [] if any(_uarch_of(p, partitions_def) == u for p in partitions)}
                 later = sum(_count(d, instance, uarchs) for _, d in groups[i + 1 :])
@@ -193,7 +195,7 @@ def _register(instance, keys: list, screen: Console) -> dict[str, dict[str, str]
         screen.print(f"inbox: {escape(line)}")
     known = set(instance.get_dynamic_partitions(inbox.BATCHES.name))
     instance.add_dynamic_partitions(inbox.BATCHES.name, [k for k in todo if k not in known])
-    return {k: dict(inbox.run_request(k, item).tags) for k, item in todo.items()}
+    return {k: dict(inbox.run_request(k, item, version).tags) for k, (item, version) in todo.items()}
 
 
 @app.command()

@@ -13,8 +13,9 @@ from difftune_pipeline.defs.partitions import add_uarchs
 from difftune_pipeline.defs.resources import EngineResource, Inbox, Warehouse
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.ingest import inbox as inbox_files
+from difftune_pipeline.ingest import owner
 from difftune_pipeline.steps.checks import measurement_sanity
-from difftune_pipeline.warehouse import ingestion
+from difftune_pipeline.warehouse import connection, ingestion
 
 BATCHES = dg.DynamicPartitionsDefinition(name="measurement_batches")
 # A batch in one of these states is done with: its bytes are never read again.
@@ -36,13 +37,14 @@ def measurement_batches(context: dg.AssetExecutionContext, warehouse: Warehouse,
     blocks nothing; its file, seen again with those bytes, is ingested then."""
     key = context.partition_key
     uarch, batch_id = key.rsplit("-", 1)
-    recorded = list(_statuses(warehouse.path, [batch_id]).values())
-    found = None if set(recorded) & SETTLED else inbox_files.find(inbox.path, key)
+    record = _records(warehouse.path, [batch_id]).get(batch_id)
+    status = record["status"] if record else None
+    found = None if status in SETTLED else inbox_files.find(inbox.path, key)
     if found is not None:
         summary = ingest.ingest_measurements(
             found.path, found.uarch, warehouse.path, engine.decoder(), found.unit, batch_id=batch_id
         )
-    elif recorded:  # ingested (the file may since be gone: nothing is lost), or recorded unread before
+    elif record is not None:  # ingested (its file may since be gone: nothing is lost), or recorded unread before
         summary = None
     else:
         source = context.run.tags.get("inbox/file", f"{inbox.path}/{uarch}/")
@@ -51,54 +53,58 @@ def measurement_batches(context: dg.AssetExecutionContext, warehouse: Warehouse,
         context.log.warning(summary.note)  # and in the metadata's ``warning``, which the command prints
     if uarch in ingestion.measured_uarchs(warehouse.path):  # usable: sane and not dropped
         add_uarchs(context.instance, [uarch])
-    meta = batch_metadata([summary]) if summary is not None else {"already_ingested": True, "status": recorded[0]}
-    yield dg.MaterializeResult(metadata={**meta, **row_count(warehouse, "measurements")})
+    meta = batch_metadata([summary]) if summary is not None else {"already_ingested": status in SETTLED}
+    yield dg.MaterializeResult(
+        metadata={**meta, "status": summary.status if summary else status, **row_count(warehouse, "measurements")}
+    )
     yield check_result(SANITY, measurement_sanity(warehouse.path, [batch_id]))
 
 
-def pending(inbox: Inbox, db: str) -> tuple[dict[str, inbox_files.InboxFile], list[str]]:
-    """The sensor's work: the settled inbox files whose batch the warehouse has not
-    ingested (a new file, or the bytes of one recorded unread), by partition key; and
-    a line per file that is not ready, with why."""
+def pending(inbox: Inbox, db: str) -> tuple[dict[str, tuple[inbox_files.InboxFile, str]], list[str]]:
+    """The sensor's work: the settled inbox files whose batch is to be read (new, recorded
+    unread, or left ``ingesting`` by a reader that died; not one a live reader holds),
+    by partition key, each with its version (its file's modification time and the
+    batch's record: a run per version); and a line per file that is not ready, with why."""
     ready, waiting = inbox_files.scan(inbox.path, inbox.settle_seconds)
     keys = {item.partition_key: item for item in ready}
-    statuses = _statuses(db, [k.rsplit("-", 1)[1] for k in keys])
-    return {k: item for k, item in keys.items() if statuses.get(k.rsplit("-", 1)[1]) not in SETTLED}, waiting
+    records = _records(db, [k.rsplit("-", 1)[1] for k in keys])
+    todo, now = {}, connection.now()
+    for key, item in keys.items():
+        record = records.get(key.rsplit("-", 1)[1]) or {"status": None, "owner": None, "status_at": None}
+        status, holder = record["status"], record["owner"]
+        if status in SETTLED or (status == "ingesting" and not owner.abandoned(holder, record["status_at"], now)):
+            continue
+        todo[key] = (item, f"{item.path.stat().st_mtime_ns}:{status}:{holder}")
+    return todo, waiting
 
 
-def run_request(key: str, item: inbox_files.InboxFile) -> dg.RunRequest:
-    """A batch's run, once per version of its file (the run key names its modification time)."""
-    return dg.RunRequest(partition_key=key, run_key=f"{key}@{version(item)}", tags={"inbox/file": str(item.path)})
+def run_request(key: str, item: inbox_files.InboxFile, version: str) -> dg.RunRequest:
+    """A batch's run, once per version (the run key names it)."""
+    return dg.RunRequest(partition_key=key, run_key=f"{key}@{version}", tags={"inbox/file": str(item.path)})
 
 
-def version(item: inbox_files.InboxFile) -> int:
-    return item.path.stat().st_mtime_ns
-
-
-def _statuses(db: str, batch_ids: list[str]) -> dict[str, str]:
-    """batch id -> status of those of ``batch_ids`` the warehouse records (none before it exists)."""
-    if not Path(db).exists():
-        return {}
-    frame = ingestion.batch_statuses(db, batch_ids)
-    return dict(zip(frame["batch_id"].to_list(), frame["status"].to_list()))
+def _records(db: str, batch_ids: list[str]) -> dict[str, dict]:
+    """batch id -> record (status, owner, status_at) of those of ``batch_ids`` the
+    warehouse holds (none before it exists)."""
+    return ingestion.batch_records(db, batch_ids) if Path(db).exists() else {}
 
 
 @dg.sensor(target=measurement_batches, minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING)
 def inbox_sensor(context: dg.SensorEvaluationContext, inbox: Inbox, warehouse: Warehouse):
     """Notices settled files in the inbox; each batch the warehouse has not ingested
-    becomes a partition and a run request, once per version of its file (the cursor
-    holds the versions requested of the batches not yet ingested). A file seen before
-    (same bytes) adds nothing."""
+    becomes a partition and a run request, once per version (the cursor holds the
+    versions requested of the batches not yet ingested). A file seen before (same
+    bytes) adds nothing; a batch whose reader died is requested again."""
     todo, waiting = pending(inbox, warehouse.path)
     requested = json.loads(context.cursor or "{}")
-    new = {k: item for k, item in todo.items() if requested.get(k) != version(item)}
+    new = {k: (item, version) for k, (item, version) in todo.items() if requested.get(k) != version}
     if not new:
         return dg.SkipReason("no new batch" + ("; " + "; ".join(waiting) if waiting else ""))
     for line in waiting:
         context.log.info(line)
     known = set(context.instance.get_dynamic_partitions(BATCHES.name))
     return dg.SensorResult(
-        run_requests=[run_request(k, item) for k, item in new.items()],
+        run_requests=[run_request(k, item, version) for k, (item, version) in new.items()],
         dynamic_partitions_requests=[BATCHES.build_add_request([k for k in new if k not in known])],
-        cursor=json.dumps({k: version(item) for k, item in todo.items()}),
+        cursor=json.dumps({k: version for k, (_, version) in todo.items()}),
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from difftune_pipeline.engine import CPUS, LLVM_VERSION, Engine
-from difftune_pipeline.ingest import reader, sanity
+from difftune_pipeline.ingest import owner, reader, sanity
 from difftune_pipeline.ingest.blocks import block_id, canonical_hex, disassemble_rows, hex_problem, split_of
 from difftune_pipeline.warehouse import connection, ingestion, insert_new, writer
 
@@ -127,7 +127,9 @@ GOOD = {"line_no": pl.Int64, "hex": pl.Utf8, "value": pl.Float64}
 def _measurement_rows(lines: list[tuple[int, str]], bounds: tuple[float, float]) -> tuple[pl.DataFrame, list]:
     """The well-formed measurement rows of a chunk as a frame of ``GOOD``, and the
     (line_no, raw, reason) of the rest."""
-    frame = pl.DataFrame({"line_no": [n for n, _ in lines], "raw": [r for _, r in lines]}, schema_overrides=GOOD)
+    frame = pl.DataFrame(
+        {"line_no": [n for n, _ in lines], "raw": [r for _, r in lines]}, schema={"line_no": pl.Int64, "raw": pl.Utf8}
+    )
     parts = frame["raw"].str.extract_groups(PLAIN_ROW)
     least, most = bounds
     frame = frame.with_columns(
@@ -176,54 +178,94 @@ class _Batch:
         return batch_scope(self.kind, self.uarch, self.app, self.unit)
 
 
+# What DuckDB may hold while a batch is ingested: a chunk's rows, the blocks it looks up,
+# the sanity check's scan of the batch (it spills beyond this).
+INGEST_MEMORY = "256MB"
+
+
 def _ingest(batch: _Batch, db: Path, engine: Engine, expected: str | None = None) -> BatchSummary:
     """Ingest ``batch.path`` as the batch its bytes hash to (``expected``: the batch a
     caller found, e.g. an inbox partition). The file is read once, a chunk per
     transaction (a transaction's uncommitted rows are held in memory) under a batch
-    record ``ingesting``, which no reader of ``usable_measurements`` sees; when the
-    bytes read hash to the batch, its verdict makes it usable in one transaction, and
-    when they do not (the file was rewritten meanwhile), its rows are removed and it
-    is recorded ``changed``. A batch left ``ingesting`` by a killed process is read again."""
+    record ``ingesting`` that names its reader (``owner``), which no reader of
+    ``usable_measurements`` sees; when the bytes read hash to the batch, its verdict
+    makes it usable in one transaction, and when they do not (the file was rewritten
+    meanwhile), its rows are removed and it is recorded ``changed``. A batch left
+    ``ingesting`` by a reader that died is read again; one another reader holds is left to it."""
     source = str(batch.path)
     expected = expected or file_batch_id(batch.path, batch.scope)
-    with writer(db) as con:
-        done = ingestion.stored_batch(con, expected)
-        if done and done[-1] not in UNREAD:
-            *counts, status = done
-            return BatchSummary(expected, batch.kind, source, *counts, already_ingested=True, status=status)
-        ingestion.forget_batch(con, expected)  # a record of bytes never read, or a killed ingestion's rows
-        ingestion.begin_batch(con, expected, batch.kind, batch.uarch, batch.app, source, batch.at)
+    with owner.reading() as me:
+        with writer(db, INGEST_MEMORY) as con:
+            done = ingestion.stored_batch(con, expected)
+            status = done["status"] if done else None
+            if status is not None and status not in UNREAD:
+                counts = (done["n_read"], done["n_ingested"], done["n_quarantined"])
+                return BatchSummary(expected, batch.kind, source, *counts, already_ingested=True, status=status)
+            if status == "ingesting" and not owner.abandoned(done["owner"], done["status_at"], connection.now()):
+                note = f"batch {expected} is being ingested by {owner.describe(done['owner'])}: left to it"
+                return BatchSummary(expected, batch.kind, source, 0, 0, 0, status=status, note=note)
+            ingestion.forget_batch(con, expected)  # a record of bytes never read, or a dead reader's rows
+            ingestion.begin_batch(con, expected, batch.kind, batch.uarch, batch.app, source, batch.at, me)
+        try:
+            n_read = _read(batch, db, engine, expected, me)
+        except reader.FileChanged as exc:
+            return record_unread(db, expected, batch, exc.status, str(exc), me)
+        except _Superseded:
+            return _superseded(db, expected, batch)
+        with writer(db, INGEST_MEMORY) as con:
+            problems = []
+            if batch.kind == "measurements":  # judged before it is usable: never usable unjudged
+                implausible = ingestion.implausible_measurements(con, expected, sanity.MAX_IPC)
+                problems = sanity.problems(source, n_read, batch.n_ingested, batch.n_quarantined, implausible)
+            counts = (n_read, batch.n_ingested, batch.n_quarantined)
+            finished = ingestion.finish_batch(con, expected, me, counts, problems, connection.now())
+        if not finished:
+            return _superseded(db, expected, batch)
+        return BatchSummary(expected, batch.kind, source, *counts, status="failed_sanity" if problems else "ok")
+
+
+class _Superseded(Exception):
+    """The batch being read was dropped, or taken over by another reader."""
+
+
+def _read(batch: _Batch, db: Path, engine: Engine, batch_id: str, me: str) -> int:
+    """The file's lines into the warehouse, a chunk per transaction, each committed only
+    while ``me`` holds the batch; returns the lines read. ``FileChanged`` when the bytes
+    read are not the batch's, ``_Superseded`` when ``me`` no longer holds it."""
     lines = reader.NumberedLines(batch.path, batch.scope)
     n_read, first_seen = 0, {} if batch.kind == "corpus" else None
-    try:
-        for chunk in lines.chunks():
-            n_read += len(chunk)
-            with writer(db) as con:
-                _ingest_chunk(con, engine, batch, expected, chunk, first_seen)
-        if lines.batch_id != expected:
-            raise reader.FileChanged(
-                f"{source} changed while it was read (its bytes no longer hash to batch {expected}): "
-                "nothing of it was kept; its new bytes are a batch of their own"
-            )
-    except (reader.FileChanged, FileNotFoundError) as exc:
-        changed = isinstance(exc, reader.FileChanged)
-        note = str(exc) if changed else f"{source} vanished before it was read: nothing of it was kept"
-        return record_unread(db, expected, batch, "changed" if changed else "vanished", note)
+    for chunk in lines.chunks():
+        n_read += len(chunk)
+        with writer(db, INGEST_MEMORY) as con:
+            if not ingestion.claim(con, batch_id, me):
+                raise _Superseded
+            _ingest_chunk(con, engine, batch, batch_id, chunk, first_seen)
+    if lines.batch_id != batch_id:
+        raise reader.FileChanged(
+            f"{batch.path} changed while it was read (its bytes no longer hash to batch {batch_id}): "
+            "nothing of it was kept; its new bytes are a batch of their own"
+        )
+    return n_read
+
+
+def _superseded(db: Path, batch_id: str, batch: _Batch) -> BatchSummary:
     with writer(db) as con:
-        problems = []
-        if batch.kind == "measurements":  # judged before it is usable: never usable unjudged
-            implausible = ingestion.implausible_measurements(con, expected, sanity.MAX_IPC)
-            problems = sanity.problems(source, n_read, batch.n_ingested, batch.n_quarantined, implausible)
-        counts = (n_read, batch.n_ingested, batch.n_quarantined)
-        ingestion.finish_batch(con, expected, *counts, problems, connection.now())
-    return BatchSummary(expected, batch.kind, source, *counts, status="failed_sanity" if problems else "ok")
+        status = (ingestion.stored_batch(con, batch_id) or {}).get("status", "dropped")
+    note = f"batch {batch_id} was dropped or taken over by another reader while it was read: this reading stopped"
+    return BatchSummary(batch_id, batch.kind, str(batch.path), 0, 0, 0, status=status, note=note)
 
 
-def record_unread(db: Path, batch_id: str, batch: _Batch, status: str, note: str) -> BatchSummary:
+def record_unread(
+    db: Path, batch_id: str, batch: _Batch, status: str, note: str, me: str | None = None
+) -> BatchSummary:
     """A batch whose bytes could not be read as they were hashed: whatever it added
     is removed and it is recorded with why, so that it blocks nothing, a user sees
-    it (and may drop it), and its bytes, seen again, are ingested."""
+    it (and may drop it), and its bytes, seen again, are ingested. A batch that is no
+    longer ``me``'s to record (dropped, ingested, or read by another) is left as it is."""
     with writer(db) as con:
+        done = ingestion.stored_batch(con, batch_id)
+        if done is not None and (done["status"] not in UNREAD or done["owner"] not in (None, me)):
+            return BatchSummary(batch_id, batch.kind, str(batch.path), 0, 0, 0, status=done["status"], note=note)
         ingestion.forget_batch(con, batch_id)
         ingestion.record_unread(
             con, batch_id, batch.kind, batch.uarch, batch.app, str(batch.path), status, note, batch.at

@@ -15,7 +15,18 @@ BOM = b"\xef\xbb\xbf"
 
 
 class FileChanged(OSError):
-    """The file's bytes changed (or it vanished) between hashing and reading it."""
+    """The file's bytes changed between hashing and reading it: the batch is ``changed``."""
+
+    status = "changed"
+
+
+class FileGone(FileChanged):
+    """The file was gone when it was to be read: the batch is ``vanished``."""
+
+    status = "vanished"
+
+
+MAX_LINE = 1 << 20  # a line longer than this (a file without newlines) is cut, so memory stays bounded
 
 
 def batch_digest(scope: str):
@@ -31,8 +42,8 @@ class NumberedLines:
     """``chunks()`` yields lists of (line number, text) of the non-blank lines; after
     the last, ``batch_id`` is the hash of every byte read. Only ``\\n`` ends a line
     (a stray ``\\r`` is data; a trailing one is not), a leading byte-order mark is
-    not data, and bytes that are not UTF-8 become U+FFFD (the line is then quarantined
-    with its text as read)."""
+    not data, bytes that are not UTF-8 become U+FFFD (the line is then quarantined
+    with its text as read), and a line longer than ``MAX_LINE`` is cut there."""
 
     def __init__(self, path: str | Path, scope: str, block: int | None = None):
         self.path = Path(path)
@@ -49,8 +60,14 @@ class NumberedLines:
         return batch_id_of(self._digest)
 
     def chunks(self) -> Iterator[list[tuple[int, str]]]:
+        """Chunks of numbered non-blank lines (a chunk of blank lines is not yielded);
+        ``FileGone`` when the file is not there to read."""
+        try:
+            fh = open(self.path, "rb")
+        except FileNotFoundError:
+            raise FileGone(f"{self.path} vanished before it was read: nothing of it was kept") from None
         tail = b""
-        with open(self.path, "rb") as fh:
+        with fh:
             first = True
             while data := fh.read(self.block):
                 self._digest.update(data)
@@ -58,12 +75,12 @@ class NumberedLines:
                 if first:
                     data, first = data.removeprefix(BOM), False
                 data = tail + data
-                cut = data.rfind(b"\n") + 1
+                cut = data.rfind(b"\n") + 1 or (len(data) + 1 if len(data) > MAX_LINE else 0)
                 data, tail = data[:cut], data[cut:]
-                if data:
-                    yield self._numbered(data[:-1])
-            if tail:
-                yield self._numbered(tail)
+                if data and (lines := self._numbered(data[:-1] if data.endswith(b"\n") else data)):
+                    yield lines
+            if tail and (lines := self._numbered(tail)):
+                yield lines
         self._done = True
 
     def _numbered(self, data: bytes) -> list[tuple[int, str]]:

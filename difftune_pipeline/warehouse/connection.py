@@ -18,6 +18,7 @@ import logging
 import os
 import random
 import re
+import shutil
 import tempfile
 import threading
 import time
@@ -162,10 +163,13 @@ def _version(con: duckdb.DuckDBPyConnection) -> int:
 
 
 @contextlib.contextmanager
-def writer(path: str | Path = DEFAULT_PATH) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A short-lived connection whose work commits as one transaction, or not at all."""
+def writer(path: str | Path = DEFAULT_PATH, memory_limit: str | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A short-lived connection whose work commits as one transaction, or not at all;
+    with ``memory_limit``, DuckDB holds no more than that (beyond it, it spills or fails)."""
     con = connect(path)
     try:
+        if memory_limit is not None:
+            con.execute(f"SET memory_limit = '{parse_size(memory_limit)}B'")
         con.execute("BEGIN TRANSACTION")
         try:
             yield con
@@ -265,7 +269,7 @@ def user_query(
             f"the warehouse is read-only here: only queries (SELECT, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN) "
             f"run, not {kind.name}"
         )
-    with tempfile.TemporaryDirectory(prefix="difftune-query-") as spill:
+    with _spill_folder(Path(path)) as spill:
         settings = {"memory_limit": limits.memory, "max_temp_directory_size": limits.temp, "temp_directory": spill}
         con = connect(path, read_only=True, limits=settings)
         guard = _Guard(con, limits, Path(spill))
@@ -283,6 +287,20 @@ def user_query(
         finally:
             guard.stop()
             con.close()
+
+
+@contextlib.contextmanager
+def _spill_folder(db: Path) -> Iterator[str]:
+    """A folder of its own for one query's spill, removed after it: beside the warehouse
+    (DuckDB's own choice: /tmp is often memory), else the system's temporary folder."""
+    try:
+        folder = tempfile.mkdtemp(prefix=f".{db.name}.query-", dir=db.resolve().parent)
+    except OSError:  # a warehouse on a read-only mount
+        folder = tempfile.mkdtemp(prefix="difftune-query-")
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _over_memory(limits: QueryLimits) -> MemoryError:
@@ -312,7 +330,7 @@ class _Guard(threading.Thread):
         while not self.done.wait(0.05):
             if time.monotonic() >= deadline:
                 self.over = "time"
-            elif sum(f.stat().st_size for f in self.spill.rglob("*") if f.is_file()) > self.temp:
+            elif _size(self.spill) > self.temp:
                 self.over = "temp"
             if self.over:
                 self.con.interrupt()
@@ -328,6 +346,16 @@ class _Guard(threading.Thread):
             seconds = self.limits.seconds
             return TimeoutError(f"the query ran longer than {seconds:g} s (--timeout) and was stopped")
         return InterruptedError("the query was interrupted")
+
+
+def _size(folder: Path) -> int:
+    """Bytes of the files under ``folder`` now (a file DuckDB deletes meanwhile counts nothing)."""
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(root, name)).st_size
+    return total
 
 
 SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*((?:[KMGT]i?)?B)", re.IGNORECASE)

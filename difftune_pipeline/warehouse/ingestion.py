@@ -71,6 +71,15 @@ def exactness_sample(db: Db, uarch: str, n: int = 40) -> list[str]:
     return frame["hex"].to_list()
 
 
+def batch_records(db: Db, batch_ids: list[str]) -> dict[str, dict]:
+    """batch id -> (status, and while it is ``ingesting``, who reads it and when it last
+    committed a chunk) of those of ``batch_ids`` the warehouse records."""
+    frame = query(
+        "SELECT batch_id, status, owner, status_at FROM batches WHERE batch_id IN (SELECT unnest(?))", db, [batch_ids]
+    )
+    return {r["batch_id"]: r for r in frame.to_dicts()}
+
+
 def batch_statuses(db: Db, batch_ids: list[str]) -> pl.DataFrame:
     """Per batch: its status (and why), rows read, ingested and quarantined."""
     return query(
@@ -106,12 +115,15 @@ def known_blocks(con: duckdb.DuckDBPyConnection, hexes: list[str]) -> dict[str, 
     return dict(con.execute("SELECT hex, reason FROM blocks WHERE hex IN (SELECT unnest(?))", [hexes]).fetchall())
 
 
-def stored_batch(con: duckdb.DuckDBPyConnection, batch_id: str) -> tuple[int, int, int, str] | None:
-    """(rows read, ingested, quarantined, status) of a batch already ingested, or None."""
+def stored_batch(con: duckdb.DuckDBPyConnection, batch_id: str) -> dict | None:
+    """A batch's record (rows read, ingested, quarantined, status, the reader holding it
+    while ``ingesting`` and when it last committed), or None."""
     rows = con.execute(
-        "SELECT n_read, n_ingested, n_quarantined, status FROM batches WHERE batch_id = ?", [batch_id]
+        "SELECT n_read, n_ingested, n_quarantined, status, owner, status_at FROM batches WHERE batch_id = ?",
+        [batch_id],
     ).fetchall()
-    return rows[0] if rows else None
+    keys = ("n_read", "n_ingested", "n_quarantined", "status", "owner", "status_at")
+    return dict(zip(keys, rows[0])) if rows else None
 
 
 def begin_batch(
@@ -122,35 +134,43 @@ def begin_batch(
     app: str | None,
     source_file: str,
     at: datetime,
+    owner: str,
 ) -> None:
-    """The record of a batch whose rows are being added, chunk by chunk: ``ingesting``,
+    """The record of a batch whose rows ``owner`` adds, chunk by chunk: ``ingesting``,
     so that none of them is usable before its verdict (``finish_batch``)."""
-    _insert_batch(con, [batch_id, kind, uarch, app, source_file, at, "ingesting", None, at])
+    _insert_batch(con, [batch_id, kind, uarch, app, source_file, at, "ingesting", None, at, owner])
+
+
+def claim(con: duckdb.DuckDBPyConnection, batch_id: str, owner: str) -> bool:
+    """Whether ``owner`` still holds the ingesting batch (it was not dropped or taken
+    over), marking that it is alive; the chunk it commits with this is its own."""
+    return bool(
+        scalar(
+            con,
+            "UPDATE batches SET status_at = ? WHERE batch_id = ? AND status = 'ingesting' AND owner = ?",
+            [now(), batch_id, owner],
+        )
+    )
 
 
 def finish_batch(
     con: duckdb.DuckDBPyConnection,
     batch_id: str,
-    n_read: int,
-    n_ingested: int,
-    n_quarantined: int,
+    owner: str,
+    counts: tuple[int, int, int],
     problems: list[str],
     at: datetime,
-) -> None:
-    """A batch read to its end, with its sanity verdict: ``failed_sanity`` (and why) when there are ``problems``."""
-    scalar(
-        con,
-        "UPDATE batches SET n_read = ?, n_ingested = ?, n_quarantined = ?, status = ?, status_reason = ?, "
-        "status_at = ? WHERE batch_id = ?",
-        [
-            n_read,
-            n_ingested,
-            n_quarantined,
-            "failed_sanity" if problems else "ok",
-            "; ".join(problems) or None,
-            at,
-            batch_id,
-        ],
+) -> bool:
+    """A batch ``owner`` read to its end, with its counts (read, ingested, quarantined)
+    and its sanity verdict: ``failed_sanity`` (and why) when there are ``problems``.
+    False when ``owner`` no longer holds it (nothing is changed then)."""
+    return bool(
+        scalar(
+            con,
+            "UPDATE batches SET n_read = ?, n_ingested = ?, n_quarantined = ?, status = ?, status_reason = ?, "
+            "status_at = ?, owner = NULL WHERE batch_id = ? AND status = 'ingesting' AND owner = ?",
+            [*counts, "failed_sanity" if problems else "ok", "; ".join(problems) or None, at, batch_id, owner],
+        )
     )
 
 
@@ -167,14 +187,14 @@ def record_unread(
 ) -> None:
     """A batch that ingested nothing because its bytes were gone or changed when read
     (``status`` changed | vanished), with ``reason``."""
-    _insert_batch(con, [batch_id, kind, uarch, app, source_file, at, status, reason, at])
+    _insert_batch(con, [batch_id, kind, uarch, app, source_file, at, status, reason, at, None])
 
 
 def _insert_batch(con: duckdb.DuckDBPyConnection, values: list) -> None:
     scalar(
         con,
         "INSERT INTO batches (batch_id, kind, uarch, app, source_file, n_read, n_ingested, n_quarantined, "
-        "ingested_at, status, status_reason, status_at) VALUES (?, ?, ?, ?, ?, 0, 0, 0, ?, ?, ?, ?)",
+        "ingested_at, status, status_reason, status_at, owner) VALUES (?, ?, ?, ?, ?, 0, 0, 0, ?, ?, ?, ?, ?)",
         values,
     )
 
@@ -228,8 +248,8 @@ def drop_batch(con: duckdb.DuckDBPyConnection, batch_id: str, reason: str) -> di
 def add_measurements(
     con: duckdb.DuckDBPyConnection, batch_id: str, source_file: str, uarch: str, rows: pl.DataFrame, at: datetime
 ) -> int:
-    """``rows`` (line_no, block_id, cycles_per_100) of a batch being ingested (its
-    first rows: a batch is ingested once, in one transaction)."""
+    """``rows`` (line_no, block_id, cycles_per_100) of a batch being ingested: new rows
+    (a batch's lines are added once, by the one reader that holds it)."""
     frame = rows.select(
         "block_id",
         uarch=pl.lit(uarch),

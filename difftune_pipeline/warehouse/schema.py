@@ -341,8 +341,8 @@ MIGRATIONS: list[str | Callable[[duckdb.DuckDBPyConnection, Path], None]] = [
     """,
     """
     -- Measurements without a primary key: its index held every key in memory while a
-    -- batch was ingested (GBs for tens of millions of rows). A batch is ingested once,
-    -- by one process, so its (batch, line) rows are unique without it.
+    -- batch was ingested (GBs for tens of millions of rows). A batch's lines are added
+    -- by the one reader that holds it (batches.owner), so they are unique without it.
     CREATE TABLE measurements_v4 (
         block_id   VARCHAR NOT NULL,
         uarch      VARCHAR NOT NULL,
@@ -356,6 +356,8 @@ MIGRATIONS: list[str | Callable[[duckdb.DuckDBPyConnection, Path], None]] = [
         FROM measurements;
     DROP TABLE measurements;
     ALTER TABLE measurements_v4 RENAME TO measurements;
+    -- The reader of an ingesting batch: host, process and ingestion (ingest/owner.py).
+    ALTER TABLE batches ADD COLUMN IF NOT EXISTS owner VARCHAR;
     """,
 ]
 
