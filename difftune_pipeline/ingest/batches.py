@@ -180,7 +180,7 @@ class _Batch:
 
 # What DuckDB may hold while a batch is ingested: a chunk's rows, the blocks it looks up,
 # the sanity check's scan of the batch (it spills beyond this).
-INGEST_MEMORY = "256MB"
+INGEST_MEMORY = "128MB"
 
 
 def _ingest(batch: _Batch, db: Path, engine: Engine, expected: str | None = None) -> BatchSummary:

@@ -10,7 +10,7 @@ import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
-BLOCK = 8 << 20  # bytes read at a time: one chunk of lines (~100k BHive rows)
+BLOCK = 4 << 20  # bytes read at a time: one chunk of lines (~70k BHive rows)
 BOM = b"\xef\xbb\xbf"
 
 
