@@ -10,8 +10,8 @@ simulations and DiffTune's learned table), e.g.
 ``DIFFTUNE_PROFILE=full DIFFTUNE_DATA_DIR=../shared/data make run``; the
 settings are that profile's (``difftune_pipeline.config``).
 The warehouse is only read; the tables learned here are written to
-``bench/out/tables/``. The structured surrogate gets the LSTM's training time
-(capped by ``--structured-seconds``); direct search and the combination's search
+``bench/out/tables/``. The structured surrogate trains for the profile's epochs
+(``structured.epochs``, a budget of work); direct search and the combination's search
 get the simulations DiffTune's dataset cost (``--budget``).
 """
 
@@ -76,7 +76,6 @@ def main() -> None:
     parser.add_argument("--db", required=True)
     parser.add_argument("--mcpu", default="haswell")
     parser.add_argument("--budget", type=int, default=0, help="search simulations (0: DiffTune's dataset size)")
-    parser.add_argument("--structured-seconds", type=float, default=300.0)
     parser.add_argument("--tune-steps", type=int, default=settings_for("full").tune.steps)
     args = parser.parse_args()
     settings = settings_for("full", {"tune.steps": args.tune_steps})
@@ -123,12 +122,10 @@ def main() -> None:
         "seconds": dataset_seconds + lstm["train_seconds"] + note["seconds"],
     }
 
-    # The structured surrogate: same simulations, the LSTM's training time (capped).
+    # The structured surrogate: same simulations, the profile's epochs.
     t0 = time.perf_counter()
     pairs = stored_pairs(ctx, space, default, sampled, list(train_blocks))
-    seconds = min(lstm["train_seconds"], args.structured_seconds)
-    structured = override(settings, {"structured.seconds": seconds, "structured.max_epochs": 1000}).structured
-    model = StructuredSurrogate.create(list(space.keys), structured, [], ctx.engine.resources())
+    model = StructuredSurrogate.create(list(space.keys), settings.structured, [], ctx.engine.resources())
     report = model.fit([train_blocks[b] for b in pairs.block_ids], pairs)
     problem.surrogate = SurrogateView(model.predictor(blocks), ParamSpace.create(model.row_keys, ctx.engine))
     learned_s, _ = SurrogateTuner(settings.tune).tune(default_all, problem)
@@ -184,7 +181,13 @@ def main() -> None:
         print(table)
     (OUT / f"tuner_comparison-{args.mcpu}.json").write_text(
         json.dumps(
-            {"mcpu": args.mcpu, "table": rows, "results": results, "budget": budget, "structured": asdict(structured)},
+            {
+                "mcpu": args.mcpu,
+                "table": rows,
+                "results": results,
+                "budget": budget,
+                "structured": asdict(settings.structured),
+            },
             indent=1,
             default=str,
         )

@@ -65,7 +65,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "tables_per_preset": 2,
         "blocks_per_table": 200,
         "lstm.epochs": 1,
-        "structured.seconds": 5,
+        "structured.epochs": 3,
         "tune.steps": 10,
         "search.budget": 3000,
         "search.rounds": 1,
@@ -76,7 +76,6 @@ PROFILES: dict[str, dict[str, Any]] = {
         "tables_per_preset": 32,
         "blocks_per_table": 3000,
         "lstm.epochs": 12,
-        "structured.seconds": 300,
         "tune.steps": 400,
         "search.budget": 192_000,
         # the search may halve a value (the prior, 0.5 everywhere, counts a halving as

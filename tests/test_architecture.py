@@ -18,7 +18,7 @@ def test_profiles_are_overrides_of_one_base():
     base = config.Settings()
     assert config.settings_for("sample") == base
     smoke = config.settings_for("smoke")
-    assert smoke.search.budget == 3000 and smoke.structured.seconds == 5.0 and smoke.lstm.epochs == 1
+    assert smoke.search.budget == 3000 and smoke.structured.epochs == 3 and smoke.lstm.epochs == 1
     assert smoke.search.min_blocks == base.search.min_blocks  # what a profile does not name stays the base's
     full = config.settings_for("full", {"search.halving": False, "tuner": "direct"})
     assert full.search.budget == 192_000 and full.search.prior == 0.5 and full.tuner == "direct"

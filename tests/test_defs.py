@@ -59,7 +59,7 @@ def test_environment_overrides_reach_the_runs(monkeypatch):
     monkeypatch.setenv("DIFFTUNE_PROFILE", "smoke")
     monkeypatch.setenv("DIFFTUNE_TUNER", "direct")
     monkeypatch.setenv("DIFFTUNE_SEARCH_HALVING", "1")
-    monkeypatch.setenv("DIFFTUNE_SETTINGS", '{"search.rounds": 2, "structured.max_epochs": 7}')
+    monkeypatch.setenv("DIFFTUNE_SETTINGS", '{"search.rounds": 2, "structured.epochs": 7}')
 
     @dg.asset
     def probe(settings: DiffTuneSettings) -> dg.MaterializeResult:
@@ -70,7 +70,7 @@ def test_environment_overrides_reach_the_runs(monkeypatch):
                 "halving": s.search.halving,
                 "budget": s.search.budget,
                 "rounds": s.search.rounds,
-                "epochs": s.structured.max_epochs,
+                "epochs": s.structured.epochs,
             }
         )
 

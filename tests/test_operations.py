@@ -74,6 +74,11 @@ def test_sensor_new_file_once_and_never_half(tmp_path):
     assert "batch3.csv: changed less than" in again.skip_message and "loose.csv: not under" in again.skip_message
     os.utime(box / "haswell" / "batch3.csv", (time.time() - 60,) * 2)  # now settled
     assert [r.partition_key for r in _sensor(instance, box).run_requests] != [key]
+    # Another instance (a fresh DAGSTER_HOME) gets the µarch partitions the warehouse implies.
+    os.remove(box / "haswell" / "batch3.csv")
+    fresh = _sensor(dg.DagsterInstance.ephemeral(), box, cursor=json.dumps({}))
+    adds = {r.partitions_def_name: r.partition_keys for r in fresh.dynamic_partitions_requests}
+    assert adds["uarchs"] == ["haswell"]
 
 
 def _ingest_batch(instance, box, warehouse, path, uarch="haswell", key=None):

@@ -116,7 +116,9 @@ def _run(graph, job, ordered: list, uarchs: list[str] | None, screen: Console, v
     status (0, or the failure's after its one line)."""
     import dagster as dg
 
+    from difftune_pipeline import environment
     from difftune_pipeline.defs import recovery
+    from difftune_pipeline.defs.versions import Freshness
 
     groups = _groups(graph, ordered)
     groups_keys = [k for keys, _ in groups for k in keys]
@@ -129,6 +131,7 @@ def _run(graph, job, ordered: list, uarchs: list[str] | None, screen: Console, v
         for run_id in freed:
             screen.print(f"run {run_id} had finished but still held a pool slot: freed")
         inbox_tags = _register(instance, groups_keys, screen)
+        freshness = Freshness(instance, graph, environment.warehouse_path())
         with _progress(screen, disable=verbose) as bar:  # with -v the log scrolls past instead
             task = bar.add_task("", total=None)
             done = 0
@@ -142,15 +145,21 @@ def _run(graph, job, ordered: list, uarchs: list[str] | None, screen: Console, v
                 later = sum(_count(d, instance, uarchs) for _, d in groups[i + 1 :])
                 bar.update(task, total=done + len(partitions) + later)
                 names = ", ".join(k.to_user_string() for k in group_keys)
-                started = time.monotonic()
+                started, current = time.monotonic(), 0
                 for partition in partitions:
                     label = escape(names + (f" [{partition}]" if partition else ""))
+                    bar.update(task, description=f"checking {label}", completed=done)
+                    todo = _not_up_to_date(freshness, group_keys, partition)
+                    if not todo:
+                        current += 1
+                        done += 1
+                        continue
                     bar.update(task, description=f"materialising {label}", completed=done)
-                    for pool in sorted(set().union(*(graph.get(k).pools for k in group_keys))):
+                    for pool in sorted(set().union(*(graph.get(k).pools for k in todo))):
                         recovery.wait_for_pool(instance, pool, lambda line: screen.print(escape(line)))
                     result = job.execute_in_process(
                         instance=instance,
-                        asset_selection=group_keys,
+                        asset_selection=todo,
                         partition_key=partition,
                         raise_on_error=False,
                         tags={**recovery.run_tags(), **inbox_tags.get(partition, {})},
@@ -164,12 +173,27 @@ def _run(graph, job, ordered: list, uarchs: list[str] | None, screen: Console, v
                             screen.print(f"[yellow]warning:[/yellow] {label}: {escape(str(warning.value))}")
                     if not result.success:
                         return _failed(screen, label, result)
-                if partitions:  # (an inbox with no batch has none)
-                    count = f" ({len(partitions)} partitions)" if len(partitions) > 1 else ""
+                if partitions and current == len(partitions):
+                    screen.print(f"[dim]=[/dim] {escape(names)}{_count_of(partitions)}  up to date: no step ran")
+                elif partitions:  # (an inbox with no batch has none)
+                    count = _count_of(partitions) + (f", {current} up to date" if current else "")
                     screen.print(f"[green]✓[/green] {escape(names)}{count}  {_elapsed(time.monotonic() - started)}")
     for missing in sorted(set(uarchs or []) - matched) if narrowed else []:
         screen.print(f"no partition of {missing}: it has no measurements, so nothing of it was materialised")
     return 0
+
+
+def _count_of(partitions: list) -> str:
+    return f" ({len(partitions)} partitions)" if len(partitions) > 1 else ""
+
+
+def _not_up_to_date(freshness, keys: list, partition: str | None) -> list:
+    """The assets of a run to materialise: from the first one not up to date on
+    (what follows it reads what it writes); none when every one is up to date."""
+    for i, key in enumerate(keys):
+        if not freshness.up_to_date(key, partition):
+            return keys[i:]
+    return []
 
 
 def _register(instance, keys: list, screen: Console) -> dict[str, dict[str, str]]:

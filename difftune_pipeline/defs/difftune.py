@@ -8,6 +8,7 @@ import dagster as dg
 import polars as pl
 
 from difftune_pipeline import quality, steps
+from difftune_pipeline.defs import versions
 from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM, FOLLOWS_UPSTREAM_DATA
 from difftune_pipeline.defs.ingest import WRITER_POOL
 from difftune_pipeline.defs.metadata import blocking_check, check_result, explained, markdown, row_count
@@ -16,8 +17,8 @@ from difftune_pipeline.defs.resources import Compute, DiffTuneSettings, EngineRe
 from difftune_pipeline.reporting.compare import worse_summary
 from difftune_pipeline.reporting.plots import markdown_image
 from difftune_pipeline.steps.checks import engine_exactness as exactness
-from difftune_pipeline.steps.context import CODE_VERSIONS
 from difftune_pipeline.warehouse import simulations as simulations_store
+from difftune_pipeline.warehouse import versions as store
 
 GROUP = "difftune"
 
@@ -49,7 +50,6 @@ def _ctx(
     partitions_def=UARCHS,
     pool=WRITER_POOL,
     kinds={"duckdb", "unicorn"},
-    code_version=CODE_VERSIONS["accesses"],
     automation_condition=FOLLOWS_UPSTREAM,
 )
 def block_accesses(
@@ -60,8 +60,16 @@ def block_accesses(
     BHive's harness run on a CPU emulator for a few iterations. A block the
     emulator cannot run keeps symbolic addresses, with the reason recorded. The
     extended model's memory dependencies read them."""
-    out = steps.record_accesses(_ctx(context, warehouse, engine, settings))
+    ctx = _ctx(context, warehouse, engine, settings)
+    out = steps.record_accesses(ctx)
+    stored = store.table_version(
+        warehouse.path,
+        "block_harness",
+        "WHERE harness = ? AND block_id IN (SELECT block_id FROM measurements WHERE uarch = ?)",
+        [out["harness"], ctx.uarch],
+    )
     return dg.MaterializeResult(
+        data_version=versions.reported(context, warehouse.path, stored),
         metadata={
             "harness": out["harness"],
             "blocks": out["blocks"],
@@ -72,7 +80,7 @@ def block_accesses(
             ),
             "ms_per_block": round(out["ms_per_block"], 3),
             **row_count(warehouse, "block_accesses"),
-        }
+        },
     )
 
 
@@ -82,7 +90,6 @@ def block_accesses(
     partitions_def=UARCHS,
     pool=WRITER_POOL,
     kinds={"duckdb"},
-    code_version=CODE_VERSIONS["default_params"],
     automation_condition=FOLLOWS_UPSTREAM,
     check_specs=[
         blocking_check(
@@ -110,7 +117,7 @@ def default_params(
             "rows": out["rows"],
             "measured": out["measured"],
         },
-        data_version=dg.DataVersion(out["data_version"]),
+        data_version=versions.reported(context, warehouse.path, out["data_version"]),
     )
     yield check_result("engine_exactness", exactness(warehouse.path, ctx.engine))
 
@@ -121,7 +128,6 @@ def default_params(
     pool=WRITER_POOL,
     kinds={"duckdb"},
     partitions_def=UARCHS,
-    code_version=CODE_VERSIONS["features"],
     automation_condition=FOLLOWS_UPSTREAM_DATA,
 )
 def block_features(
@@ -132,15 +138,18 @@ def block_features(
     loads, stores, store→load memory dependencies, the critical and loop-carried
     dependency chains, port pressure and dispatch load under the default table,
     and the bottleneck they point to. Errors are sliced by it in ``evaluation``."""
-    out = steps.block_features(_ctx(context, warehouse, engine, settings))
+    ctx = _ctx(context, warehouse, engine, settings)
+    out = steps.block_features(ctx)
+    stored = store.table_version(warehouse.path, "block_features", "WHERE mcpu = ?", [ctx.uarch])
     return dg.MaterializeResult(
+        data_version=versions.reported(context, warehouse.path, stored),
         metadata={
             "table_id": out["table_id"],
             "blocks": out["blocks"],
             "new": out["new"],
             "by_bottleneck": markdown(out["by_bottleneck"]),
             **row_count(warehouse, "block_features"),
-        }
+        },
     )
 
 
@@ -150,7 +159,6 @@ def block_features(
     pool=WRITER_POOL,
     partitions_def=UARCHS,
     kinds={"duckdb"},
-    code_version=CODE_VERSIONS["sampled_tables"],
 )  # re-run nightly by the re-tune schedule
 def sampled_tables(
     context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings
@@ -160,7 +168,9 @@ def sampled_tables(
     are regenerated from preset and seed. Its data version names the tables and
     the train blocks they are simulated on."""
     out = steps.sampled_tables(_ctx(context, warehouse, engine, settings))
-    return dg.MaterializeResult(metadata=out, data_version=dg.DataVersion(out["data_version"]))
+    return dg.MaterializeResult(
+        metadata=out, data_version=versions.reported(context, warehouse.path, out["data_version"])
+    )
 
 
 @dg.asset(
@@ -169,7 +179,6 @@ def sampled_tables(
     partitions_def=UARCH_SHARDS,
     pool=WRITER_POOL,
     kinds={"duckdb", "ray"},
-    code_version=CODE_VERSIONS["simulations"],
     automation_condition=FOLLOWS_UPSTREAM_DATA,
 )
 def simulations(
@@ -196,7 +205,7 @@ def simulations(
             "compute": compute.describe(),
             "dagster/row_count": simulations_store.simulated_rows(warehouse.path, ctx.uarch),
         },
-        data_version=dg.DataVersion(out["data_version"]),
+        data_version=versions.reported(context, warehouse.path, out["data_version"]),
     )
 
 
@@ -206,7 +215,6 @@ def simulations(
     partitions_def=UARCHS,
     pool=WRITER_POOL,
     kinds={"pytorch"},
-    code_version=CODE_VERSIONS["surrogate"],
     automation_condition=FOLLOWS_UPSTREAM_DATA,
     check_specs=[
         blocking_check("surrogate_fidelity", "surrogate", "Held-out MAPE against the engine within the limit", UARCHS)
@@ -233,7 +241,7 @@ def surrogate(
             "n_train": out["n_train"],
             "reused": out["reused"],
         },
-        data_version=dg.DataVersion(out["run_id"]),
+        data_version=versions.reported(context, warehouse.path, out["run_id"]),
     )
     yield check_result(
         "surrogate_fidelity", quality.surrogate_fidelity(out["heldout_mape"], ctx.settings.max_surrogate_heldout_mape)
@@ -246,7 +254,6 @@ def surrogate(
     partitions_def=UARCHS,
     pool=WRITER_POOL,
     kinds={"pytorch", "duckdb", "ray"},
-    code_version=CODE_VERSIONS["learned_params"],
     automation_condition=FOLLOWS_UPSTREAM_DATA,
     check_specs=[
         blocking_check(
@@ -270,7 +277,7 @@ def learned_params(
     if not out["reused"]:
         meta["val_mape_by_step"] = markdown(pl.DataFrame(out["history"]))
         meta["changed_rows"] = out["changed_rows"]
-    yield dg.MaterializeResult(metadata=meta, data_version=dg.DataVersion(out["table_id"]))
+    yield dg.MaterializeResult(metadata=meta, data_version=versions.reported(context, warehouse.path, out["table_id"]))
     yield check_result(
         "no_worse_than_default", quality.no_worse_than_default(out["default_val_mape"], out["learned_val_mape"])
     )
@@ -282,7 +289,6 @@ def learned_params(
     partitions_def=UARCHS,
     pool=WRITER_POOL,
     kinds={"duckdb"},
-    code_version=CODE_VERSIONS["evaluation"],
     automation_condition=FOLLOWS_UPSTREAM_DATA,
 )
 def evaluation(
@@ -292,7 +298,8 @@ def evaluation(
     table through the real engine on val and test, overall and per slice
     (tables ``evaluations``, ``predictions``, ``comparisons``, ``block_slices``);
     the slices the learned table makes worse by more than noise."""
-    out = steps.evaluate_latest(_ctx(context, warehouse, engine, settings))
+    ctx = _ctx(context, warehouse, engine, settings)
+    out = steps.evaluate_latest(ctx)
     table = out["comparison"]
     test = table.filter(pl.col("split") == "test")
     other = out["by_measure"].filter(pl.col("measure") != out["measure"])
@@ -326,7 +333,8 @@ def evaluation(
         meta["plot_file"] = dg.MetadataValue.path(str(path))
     for e in out["explained"]:
         meta[f"why_{e['case'].replace(' ', '_')}"] = explained(e)
-    return dg.MaterializeResult(metadata=meta)
+    stored = store.table_version(warehouse.path, "evaluations", "WHERE uarch = ?", [ctx.uarch])
+    return dg.MaterializeResult(metadata=meta, data_version=versions.reported(context, warehouse.path, stored))
 
 
 def _test_overall(overall: pl.DataFrame) -> dict:

@@ -7,15 +7,17 @@ from pathlib import Path
 
 import dagster as dg
 
+from difftune_pipeline.defs import versions
 from difftune_pipeline.defs.ingest import GROUP, SANITY, SANITY_DESCRIPTION, WRITER_POOL, batch_metadata
 from difftune_pipeline.defs.metadata import blocking_check, check_result, row_count
-from difftune_pipeline.defs.partitions import add_uarchs
+from difftune_pipeline.defs.partitions import UARCHS, add_uarchs
 from difftune_pipeline.defs.resources import EngineResource, Inbox, Warehouse
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.ingest import inbox as inbox_files
 from difftune_pipeline.ingest import owner
 from difftune_pipeline.steps.checks import measurement_sanity
 from difftune_pipeline.warehouse import connection, ingestion
+from difftune_pipeline.warehouse import versions as store
 
 BATCHES = dg.DynamicPartitionsDefinition(name="measurement_batches")
 # A batch in one of these states is done with: its bytes are never read again.
@@ -54,8 +56,10 @@ def measurement_batches(context: dg.AssetExecutionContext, warehouse: Warehouse,
     if uarch in ingestion.measured_uarchs(warehouse.path):  # usable: sane and not dropped
         add_uarchs(context.instance, [uarch])
     meta = batch_metadata([summary]) if summary is not None else {"already_ingested": status in SETTLED}
+    stored = store.table_version(warehouse.path, "batches", "WHERE batch_id = ?", [batch_id])
     yield dg.MaterializeResult(
-        metadata={**meta, "status": summary.status if summary else status, **row_count(warehouse, "measurements")}
+        metadata={**meta, "status": summary.status if summary else status, **row_count(warehouse, "measurements")},
+        data_version=versions.reported(context, warehouse.path, stored),
     )
     yield check_result(SANITY, measurement_sanity(warehouse.path, [batch_id]))
 
@@ -94,10 +98,16 @@ def inbox_sensor(context: dg.SensorEvaluationContext, inbox: Inbox, warehouse: W
     """Notices settled files in the inbox; each batch the warehouse has not ingested
     becomes a partition and a run request, once per version (the cursor holds the
     versions requested of the batches not yet ingested). A file seen before (same
-    bytes) adds nothing; a batch whose reader died is requested again."""
+    bytes) adds nothing; a batch whose reader died is requested again. The µarch
+    partitions the warehouse implies are registered when the instance lacks them
+    (another or a fresh DAGSTER_HOME)."""
     todo, waiting = pending(inbox, warehouse.path)
     requested = json.loads(context.cursor or "{}")
     new = {k: (item, version) for k, (item, version) in todo.items() if requested.get(k) != version}
+    measured = ingestion.measured_uarchs(warehouse.path) if Path(warehouse.path).exists() else []
+    unknown = sorted(set(measured) - set(context.instance.get_dynamic_partitions(UARCHS.name)))
+    if not new and unknown:
+        return dg.SensorResult(dynamic_partitions_requests=[UARCHS.build_add_request(unknown)])
     if not new:
         return dg.SkipReason("no new batch" + ("; " + "; ".join(waiting) if waiting else ""))
     for line in waiting:
@@ -105,6 +115,9 @@ def inbox_sensor(context: dg.SensorEvaluationContext, inbox: Inbox, warehouse: W
     known = set(context.instance.get_dynamic_partitions(BATCHES.name))
     return dg.SensorResult(
         run_requests=[run_request(k, item, version) for k, (item, version) in new.items()],
-        dynamic_partitions_requests=[BATCHES.build_add_request([k for k in new if k not in known])],
+        dynamic_partitions_requests=[
+            BATCHES.build_add_request([k for k in new if k not in known]),
+            *([UARCHS.build_add_request(unknown)] if unknown else []),
+        ],
         cursor=json.dumps({k: version for k, (_, version) in todo.items()}),
     )

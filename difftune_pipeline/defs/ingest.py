@@ -4,6 +4,7 @@ measurements, block sources, splits and quarantine in the warehouse."""
 import dagster as dg
 import polars as pl
 
+from difftune_pipeline.defs import versions
 from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM
 from difftune_pipeline.defs.metadata import blocking_check, check_result, markdown, row_count
 from difftune_pipeline.defs.partitions import add_uarchs
@@ -11,6 +12,7 @@ from difftune_pipeline.defs.resources import DataSources, EngineResource, Wareho
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.steps.checks import measurement_sanity
 from difftune_pipeline.warehouse import ingestion
+from difftune_pipeline.warehouse import versions as store
 
 GROUP = "ingest"
 WRITER_POOL = "duckdb_writer"
@@ -32,13 +34,23 @@ def batch_metadata(summaries: list[ingest.BatchSummary]) -> dict:
     }
 
 
+def _stored(context: dg.AssetExecutionContext, warehouse: Warehouse, table: str) -> dg.DataVersion:
+    """The asset's data version: a fingerprint of its table's rows."""
+    return versions.reported(context, warehouse.path, store.table_version(warehouse.path, table))
+
+
 @dg.asset(group_name=GROUP, pool=WRITER_POOL, kinds={"duckdb"})
-def block_sources(warehouse: Warehouse, engine: EngineResource, sources: DataSources) -> dg.MaterializeResult:
+def block_sources(
+    context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, sources: DataSources
+) -> dg.MaterializeResult:
     """The BHive block corpus (``hex,frequency`` per application) in table
     ``block_sources``: which application each block comes from. New blocks are
     disassembled into ``blocks``; bad rows go to ``quarantine``."""
     summaries = [ingest.ingest_corpus(f, warehouse.path, engine.decoder()) for f in sources.corpus_files]
-    return dg.MaterializeResult(metadata={**batch_metadata(summaries), **row_count(warehouse, "block_sources")})
+    return dg.MaterializeResult(
+        metadata={**batch_metadata(summaries), **row_count(warehouse, "block_sources")},
+        data_version=_stored(context, warehouse, "block_sources"),
+    )
 
 
 @dg.asset(
@@ -61,7 +73,8 @@ def measurements(context: dg.AssetExecutionContext, warehouse: Warehouse, engine
             **batch_metadata(summaries),
             "new_uarchs": ", ".join(added) or "none",
             **row_count(warehouse, "measurements"),
-        }
+        },
+        data_version=_stored(context, warehouse, "measurements"),
     )
     yield check_result(SANITY, measurement_sanity(warehouse.path, [s.batch_id for s in summaries]))
 
@@ -72,7 +85,7 @@ def measurements(context: dg.AssetExecutionContext, warehouse: Warehouse, engine
     kinds={"duckdb"},
     automation_condition=FOLLOWS_UPSTREAM,
 )
-def blocks(warehouse: Warehouse) -> dg.MaterializeResult:
+def blocks(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
     """Every distinct block, disassembled by LLVM (opcodes, AT&T text); blocks
     LLVM cannot decode stay, quarantined with the reason."""
     counts = ingestion.block_status_counts(warehouse.path)
@@ -83,16 +96,20 @@ def blocks(warehouse: Warehouse) -> dg.MaterializeResult:
             "blocks_quarantined": by_status.get("quarantined", 0),
             "by_status": markdown(counts),
             **row_count(warehouse, "blocks"),
-        }
+        },
+        data_version=_stored(context, warehouse, "blocks"),
     )
 
 
 @dg.asset(group_name=GROUP, deps=[blocks], pool=WRITER_POOL, kinds={"duckdb"}, automation_condition=FOLLOWS_UPSTREAM)
-def splits(warehouse: Warehouse) -> dg.MaterializeResult:
+def splits(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
     """train/val/test (80/10/10) by block hash: stable as data grows, so no
     block ever moves between splits."""
     counts = ingest.assign_splits(warehouse.path)
-    return dg.MaterializeResult(metadata={**{f"n_{k}": v for k, v in counts.items()}, **row_count(warehouse, "splits")})
+    return dg.MaterializeResult(
+        metadata={**{f"n_{k}": v for k, v in counts.items()}, **row_count(warehouse, "splits")},
+        data_version=_stored(context, warehouse, "splits"),
+    )
 
 
 @dg.asset(
@@ -101,7 +118,7 @@ def splits(warehouse: Warehouse) -> dg.MaterializeResult:
     kinds={"duckdb"},
     automation_condition=FOLLOWS_UPSTREAM,
 )
-def quarantine(warehouse: Warehouse) -> dg.MaterializeResult:
+def quarantine(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
     """Input rows that never became a measurement or a block source, each with a
     reason (table ``quarantine``)."""
     reasons = ingestion.quarantine_reasons(warehouse.path)
@@ -110,5 +127,6 @@ def quarantine(warehouse: Warehouse) -> dg.MaterializeResult:
             "rows": int(reasons["n"].sum()) if not reasons.is_empty() else 0,
             "top_reasons": markdown(reasons),
             **row_count(warehouse, "quarantine"),
-        }
+        },
+        data_version=_stored(context, warehouse, "quarantine"),
     )

@@ -29,10 +29,32 @@ CODE_VERSIONS = {
     "features": "1",
     "sampled_tables": "2",
     "simulations": "2",
-    "surrogate": "6",
-    "learned_params": "11",
+    "surrogate": "7",
+    "learned_params": "12",
     "evaluation": "6",
 }
+
+# The settings each step reads (through the context's views too), beside its code:
+# a change of one re-runs the steps that read it and no other.
+_SIMULATOR = ("model", "harness", "iterations", "measure")
+_SAMPLED = (*_SIMULATOR, "presets", "tables_per_preset", "blocks_per_table")
+_SURROGATE = ("surrogate_model", "lstm", "structured")
+SETTINGS_READ = {
+    "accesses": _SIMULATOR,
+    "default_params": _SIMULATOR,
+    "features": _SIMULATOR,
+    "sampled_tables": _SAMPLED,
+    "simulations": (*_SAMPLED, "shards"),
+    "surrogate": (*_SAMPLED, *_SURROGATE, "max_surrogate_heldout_mape"),
+    "learned_params": (*_SIMULATOR, *_SURROGATE, "tuner", "tune", "search", "prune"),
+    "evaluation": _SIMULATOR,
+}
+
+
+def step_version(step: str, settings: Settings) -> str:
+    """A step's code version with the settings it reads: the same string while
+    neither changes (Dagster's code version of the step's asset)."""
+    return f"{CODE_VERSIONS[step]}-{fingerprint(*(getattr(settings, name) for name in SETTINGS_READ[step]))}"
 
 
 def fingerprint(*parts) -> str:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
+from difftune_pipeline.determinism import deterministic, seed_of
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.steps.context import CODE_VERSIONS, StepContext, fingerprint
@@ -30,6 +31,14 @@ def learn(ctx: StepContext, log=print) -> dict:
         stored = json.loads(tables.table_note(ctx.db, table_id) or "{}").get("val_mape")
         figures = stored or _val_figures(ctx, default, tables.load_table(ctx.db, table_id))
         return {"table_id": table_id, "reused": True, **figures}
+    # the tuners' draws follow from what they learn from (determinism.seed_of)
+    inputs = (run_id, ingestion.measurement_totals(ctx.db, ctx.uarch))
+    tuners = compose(
+        settings.tuner,
+        replace(settings.tune, seed=seed_of(settings.tune.seed, *inputs)),
+        replace(settings.search, seed=seed_of(settings.search.seed, *inputs)),
+        settings.prune,
+    )
     view = _surrogate_view(ctx, surrogate_run) if needs_surrogate else None
     train_frame, train_blocks = ctx.blocks("train")
     val_frame, val_blocks = ctx.blocks("val")
@@ -46,7 +55,8 @@ def learn(ctx: StepContext, log=print) -> dict:
         val_frame["cycles_per_100"].to_numpy(),
     )
     t0 = time.perf_counter()
-    best, history = run(tuners, problem)
+    with deterministic(settings.surrogate_config.threads):
+        best, history = run(tuners, problem)
     seconds = time.perf_counter() - t0
     figures = _val_figures(ctx, default, best)
     note = {

@@ -48,7 +48,7 @@ def train_surrogate(ctx: StepContext, log=print) -> dict:
         ctx.engine.resources(),
         space.globals,
     )
-    report = surrogate.fit([train_blocks[b] for b in pairs.block_ids], pairs, log=log)
+    report = surrogate.fit([train_blocks[b] for b in pairs.block_ids], pairs, log=log, inputs_id=run_id)
     path = ctx.models_dir / f"{run_id}.pt"
     surrogate.save(path)
     row = {

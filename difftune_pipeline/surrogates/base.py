@@ -7,7 +7,6 @@ only what is its own: its inputs per block, its network, its forward pass over
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import tempfile
 import time
@@ -20,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from difftune_pipeline.determinism import deterministic, seed_of
 from difftune_pipeline.engine.table import GLOBALS
 from difftune_pipeline.model.metrics import kendall_tau
 from difftune_pipeline.model.sampling import PairBatch, PairFile, Pairs, Split
@@ -36,8 +36,8 @@ class FitConfig:
 
     lr: float = 1e-3
     heldout_fraction: float = 0.1  # of the blocks, never trained on
-    seed: int = 0
-    threads: int = 2
+    seed: int = 0  # mixed with the training data's fingerprint (determinism.seed_of)
+    threads: int = 2  # torch's threads while learning, fixed so the bits are too
 
 
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")  # devices that hold data ("meta" holds none)
@@ -100,8 +100,7 @@ class Surrogate:
 
     kind: ClassVar[str]
     settings_field: ClassVar[str]  # the field of ``config.Settings`` that holds its configuration
-    max_epochs: int
-    seconds: float = math.inf  # training time limit
+    epochs: int  # the training budget: whole passes over the trained-on pairs
     clip: float | None = None  # gradient-norm clipping
     eval_batch: int = 4096  # pairs per forward pass when measuring fidelity
 
@@ -152,34 +151,36 @@ class Surrogate:
         """Where the model is: inputs are assembled on the CPU and moved there."""
         return next(self.model.parameters()).device
 
-    def fit(self, blocks: list, pairs: Pairs, log=print) -> dict:
+    def fit(self, blocks: list, pairs: Pairs, log=print, inputs_id: str = "") -> dict:
         """Train on the pairs of all but a held-out fraction of the blocks (the
         engine ``blocks`` of ``pairs.block_ids``); report the held-out fidelity
         (MAPE and Kendall tau against the engine). The pairs are written, split
         and ordered, to files in a temporary folder and streamed from there a
         batch at a time. Trains on ``training_device()``; the model is back on the
-        CPU when it returns."""
+        CPU when it returns. The same pairs, ``inputs_id`` (what they were read
+        from) and configuration give the same weights (``determinism``)."""
         config = self.config
         device = training_device()
-        torch.manual_seed(config.seed)
-        torch.set_num_threads(config.threads)
-        rng = np.random.default_rng(config.seed)
-        inputs = self.inputs(blocks)
-        held = heldout_blocks(len(pairs.block_ids), config.heldout_fraction, rng)
-        with tempfile.TemporaryDirectory(prefix="difftune-pairs-") as folder:
-            split = pairs.split(held, self.order(inputs), Path(folder))
-            try:
-                return self._fit(inputs, pairs, split, device, rng, log)
-            finally:
-                split.train.close()
-                split.held.close()
+        seed = seed_of(config.seed, inputs_id)
+        with deterministic(config.threads):
+            torch.manual_seed(seed)
+            rng = np.random.default_rng(seed)
+            inputs = self.inputs(blocks)
+            held = heldout_blocks(len(pairs.block_ids), config.heldout_fraction, rng)
+            with tempfile.TemporaryDirectory(prefix="difftune-pairs-") as folder:
+                split = pairs.split(held, self.order(inputs), Path(folder))
+                try:
+                    return self._fit(inputs, pairs, split, device, rng, log)
+                finally:
+                    split.train.close()
+                    split.held.close()
 
     def _fit(self, inputs, pairs: Pairs, split: Split, device, rng: np.random.Generator, log) -> dict:
         self.model = self.build_model(pairs, split).to(device)
         optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.lr)
         epoch = self.batches(inputs, split.train)
-        t0, epochs = time.perf_counter(), 0
-        while epochs < self.max_epochs and time.perf_counter() - t0 < self.seconds:
+        t0 = time.perf_counter()
+        for epoch_no in range(1, self.epochs + 1):
             self.model.train()
             losses = []
             for batch in epoch(rng):
@@ -190,10 +191,7 @@ class Surrogate:
                     nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
                 optimizer.step()
                 losses.append(loss.item())
-                if time.perf_counter() - t0 > self.seconds:
-                    break
-            epochs += 1
-            log(f"{self.kind} surrogate epoch {epochs}: train MAPE {100 * np.mean(losses):.2f}%")
+            log(f"{self.kind} surrogate epoch {epoch_no}: train MAPE {100 * np.mean(losses):.2f}%")
         seconds = time.perf_counter() - t0
         self.model.to("cpu").eval()
         preds, truths = [], []
@@ -205,7 +203,7 @@ class Surrogate:
         return {
             "train_seconds": seconds,
             "device": str(device),
-            "epochs": epochs,
+            "epochs": self.epochs,
             "n_train": len(split.train),
             "n_heldout": len(split.held),
             "heldout_mape": float(mape_loss(pred, truth)) if len(truth) else float("nan"),

@@ -168,7 +168,7 @@ class LSTMSurrogate(Surrogate):
         self.global_scale = torch.tensor([GLOBAL_SCALES[g] for g in self.globals])
 
     @property
-    def max_epochs(self) -> int:
+    def epochs(self) -> int:
         return self.config.epochs
 
     @property

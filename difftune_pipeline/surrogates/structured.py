@@ -55,8 +55,7 @@ DRAINS = ("zero_shift_penalty", "lock_penalty")  # the globals of Batch.drains' 
 @dataclass
 class StructuredConfig(FitConfig):
     hidden: int = 32
-    seconds: float = 120.0  # training time (the comparison gives both surrogates the same)
-    max_epochs: int = 30
+    epochs: int = 30
     lr: float = 5e-3
     batch: int = 512
 
@@ -225,12 +224,8 @@ class StructuredSurrogate(Surrogate):
         self.contain = contain
 
     @property
-    def max_epochs(self) -> int:
-        return self.config.max_epochs
-
-    @property
-    def seconds(self) -> float:
-        return self.config.seconds
+    def epochs(self) -> int:
+        return self.config.epochs
 
     @property
     def eval_batch(self) -> int:

@@ -92,7 +92,7 @@ def _learned(table: ParamTable, default: ParamTable, train_blocks: list) -> dict
     """The rows train blocks use that ``table`` moved from LLVM's, with how many train blocks use each."""
     users: dict[str, int] = {}
     for block in train_blocks:
-        for key in set(block.row_keys):
+        for key in dict.fromkeys(block.row_keys):
             users[key] = users.get(key, 0) + 1
     return {
         k: n
@@ -242,6 +242,6 @@ def _users(blocks: list, first: int | None = None) -> dict[str, list[int]]:
     """The blocks that use each row, the first ``first`` of them."""
     out: dict[str, list[int]] = {}
     for i, block in enumerate(blocks):
-        for key in set(block.row_keys):
+        for key in dict.fromkeys(block.row_keys):
             out.setdefault(key, []).append(i)
     return {k: v[:first] for k, v in out.items()}

@@ -97,7 +97,7 @@ def moves(row: dict, halving: bool = False) -> list[tuple[str, int, dict]]:
 def distance(row: dict, reference: dict) -> float:
     """How far a row is from its reference, summed over its latencies, µops,
     resource cycles and ReadAdvance cycles in ``log_scale`` units."""
-    ports = set(row["ports"]) | set(reference["ports"])
+    ports = sorted(set(row["ports"]) | set(reference["ports"]))  # one order: the sum is the same in every process
     advance = {(u, w): c for u, w, c in reference["read_advance"]}
     own = {(u, w): c for u, w, c in row["read_advance"]}
     mine, theirs = np.array(
@@ -105,7 +105,7 @@ def distance(row: dict, reference: dict) -> float:
             *zip(row["latency"], reference["latency"]),
             (row["uops"], reference["uops"]),
             *((row["ports"].get(p, 0), reference["ports"].get(p, 0)) for p in ports),
-            *((own.get(k, 0), advance.get(k, 0)) for k in set(own) | set(advance)),
+            *((own.get(k, 0), advance.get(k, 0)) for k in sorted(set(own) | set(advance))),
         ]
     ).T
     return float(np.abs(log_scale(mine) - log_scale(theirs)).sum())
@@ -157,7 +157,7 @@ class Search:
         self.spent = 0
         index: dict[str, list[int]] = {}
         for b, block in enumerate(blocks):
-            for key in set(block.row_keys):
+            for key in dict.fromkeys(block.row_keys):  # in the block's order, not the hash seed's
                 if key in default.rows:
                     index.setdefault(key, []).append(b)
         # the rows each searched row stands for: itself, or with ``siblings``, for a row

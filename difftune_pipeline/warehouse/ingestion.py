@@ -12,6 +12,7 @@ import duckdb
 import polars as pl
 
 from difftune_pipeline.warehouse.connection import Db, insert_new, now, query, scalar
+from difftune_pipeline.warehouse.versions import forget_versions
 
 
 def measured_blocks(db: Db, uarch: str, splits: list[str]) -> pl.DataFrame:
@@ -242,6 +243,7 @@ def drop_batch(con: duckdb.DuckDBPyConnection, batch_id: str, reason: str) -> di
         "UPDATE batches SET status = 'dropped', status_reason = ?, status_at = ? WHERE batch_id = ?",
         [reason, now(), batch_id],
     )
+    forget_versions(con, "measurements")  # what was materialised from its rows is not up to date
     return {"batch_id": batch_id, "rows_removed": removed, "already_dropped": False}
 
 

@@ -359,6 +359,18 @@ MIGRATIONS: list[str | Callable[[duckdb.DuckDBPyConnection, Path], None]] = [
     -- The reader of an ingesting batch: host, process and ingestion (ingest/owner.py).
     ALTER TABLE batches ADD COLUMN IF NOT EXISTS owner VARCHAR;
     """,
+    """
+    -- The data version each asset partition reported when it was last materialised
+    -- here (warehouse/versions.py): what lets a run skip what is up to date, and only
+    -- when the warehouse, not just the Dagster instance, holds it.
+    CREATE TABLE IF NOT EXISTS asset_versions (
+        asset      VARCHAR NOT NULL,
+        partition  VARCHAR NOT NULL,      -- '' for an unpartitioned asset
+        data_version VARCHAR NOT NULL,
+        recorded_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (asset, partition)
+    );
+    """,
 ]
 
 

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from difftune_pipeline.warehouse import simulation_files
 from difftune_pipeline.warehouse.connection import Db, insert_new, now, query, writer
 from difftune_pipeline.warehouse.simulation_files import CHUNK_COLUMNS
+from difftune_pipeline.warehouse.versions import forget_versions
 
 
 def record_chunks(con: duckdb.DuckDBPyConnection, records: list[dict]) -> int:
@@ -44,6 +45,17 @@ def damaged_chunks(db: Db, table_ids: list[str] | None) -> list[tuple[str, str, 
     return [(keys[file], file, why) for file, why in damaged]
 
 
+def shard_damage(db: Db, mcpu: str, shard: str) -> list[tuple[str, str]]:
+    """(file, why) of the recorded chunks of one shard whose file is gone or not the
+    one written, by the cheap check (size, footer): what a shard would simulate again."""
+    rows = query(
+        "SELECT file, bytes, rows, sha256 FROM simulation_chunks WHERE mcpu = ? AND shard = ? ORDER BY chunk_key",
+        db,
+        [mcpu, shard],
+    )
+    return simulation_files.damage(db, rows.rows(), full=False)
+
+
 def verified(db: Db, table_ids: list[str]) -> None:
     """Before anything learns from the chunks of ``table_ids``: each checked in full.
     Damaged ones are forgotten (their shards simulate them again) and ``DamagedChunks`` names them."""
@@ -60,7 +72,10 @@ def chunk_totals(db: Db) -> tuple[int, int]:
 
 
 def forget_chunks(con: duckdb.DuckDBPyConnection, keys: list[str]) -> None:
+    """Their pairs count as not simulated: the shards that hold them are not up to date."""
     con.execute("DELETE FROM simulation_chunks WHERE chunk_key IN (SELECT unnest(?))", [keys])
+    if keys:
+        forget_versions(con, "simulations")
 
 
 def chunk_files(db: Db, table_ids: list[str], iterations: int | None = None) -> list[str]:

@@ -1,0 +1,60 @@
+"""The same inputs give the same table: two fresh processes learning at once from
+copies of one warehouse (its surrogate and learned table removed, so both are
+learned again) store the same bits."""
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import duckdb
+import torch
+
+from conftest import ROOT, clean_env
+
+LEARNED = "(SELECT table_id FROM param_tables WHERE kind = 'learned')"
+
+
+def _copy_without_learning(source: Path, root: Path) -> Path:
+    """A copy of the warehouse folder with no surrogate, learned table or evaluation."""
+    shutil.copytree(source, root / "warehouse", ignore=shutil.ignore_patterns("models", "logs", "reports"))
+    db = root / "warehouse" / "difftune.duckdb"
+    with duckdb.connect(str(db)) as con:
+        for table, column in (
+            ("param_values", "table_id"),
+            ("predictions", "table_id"),
+            ("evaluations", "table_id"),
+            ("comparisons", "learned_id"),
+        ):
+            con.execute(f"DELETE FROM {table} WHERE {column} IN {LEARNED}")
+        con.execute("DELETE FROM param_tables WHERE kind = 'learned'")
+        con.execute("DELETE FROM surrogate_runs")
+        con.execute("DELETE FROM asset_versions")
+    return db
+
+
+def _learned(db: Path) -> dict:
+    """What the run stored: the learned table's id and values, the evaluation rows, the surrogate's weights."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        (table_id,) = con.execute(f"SELECT * FROM {LEARNED}").fetchone()
+        values = con.execute(f"SELECT * FROM param_values WHERE table_id = '{table_id}' ORDER BY ALL").fetchall()
+        evaluations = con.execute("SELECT * EXCLUDE (evaluated_at) FROM evaluations ORDER BY ALL").fetchall()
+        (checkpoint,) = con.execute("SELECT checkpoint FROM surrogate_runs").fetchone()
+    state = torch.load(checkpoint, weights_only=False)["state"]
+    weights = hashlib.sha256(b"".join(t.numpy().tobytes() for t in state.values())).hexdigest()
+    return {"table": table_id, "values": values, "evaluations": evaluations, "weights": weights}
+
+
+def test_two_fresh_processes_learn_the_same_table_bit_for_bit(smoke_run, tmp_path):
+    root, _ = smoke_run
+    runs = []
+    for name in ("a", "b"):
+        db = _copy_without_learning(root / "warehouse", tmp_path / name)
+        env = clean_env(tmp_path / name) | {"DIFFTUNE_PROFILE": "smoke", "DIFFTUNE_WAREHOUSE": str(db)}
+        command = [str(ROOT / ".venv" / "bin" / "difftune"), "materialize", "--select", "surrogate+"]
+        runs.append((db, subprocess.Popen(command, cwd=tmp_path / name, env=env, stderr=subprocess.PIPE, text=True)))
+    for _, process in runs:
+        assert process.wait(timeout=900) == 0, process.stderr.read()
+    first, second = (_learned(db) for db, _ in runs)
+    assert first["values"] and first["evaluations"]
+    assert first == second
