@@ -139,6 +139,7 @@ def test_a_tuner_runs_again_from_its_result_while_val_falls(haswell):
     assert kept is start and len(history) == 1
 
 
+@pytest.mark.slow
 def test_a_toy_tuner_is_one_class_and_one_line(haswell, warehouse, monkeypatch):
     monkeypatch.setitem(tuners.TUNERS, "toy", lambda tune, search: [DispatchWidthTuner()])  # the one line
     ingest.ingest_measurements(SAMPLE / "bhive_hsw_sample.csv", "haswell", warehouse, haswell)

@@ -288,6 +288,7 @@ def test_params_export_creates_the_folder(tmp_path):
     assert json.loads(out.read_text())["mcpu"] == "haswell"
 
 
+@pytest.mark.slow
 def test_params_import_never_replaces_a_table_and_diff_needs_one_cpu(cli_env, tmp_path):
     params = tmp_path / "p.json"
     assert runner.invoke(app, ["params", "export", "--out", str(params)]).exit_code == 0

@@ -70,6 +70,7 @@ def _pool_holders() -> list[str]:
         return [s.run_id for s in instance.event_log_storage.get_concurrency_info("duckdb_writer").claimed_slots]
 
 
+@pytest.mark.slow
 def test_a_killed_run_frees_its_slot_and_a_waiting_run_can_be_interrupted(home):
     # a reader that keeps the warehouse open makes the first run wait inside its pooled step
     warehouse = home / "w.duckdb"
@@ -117,6 +118,7 @@ pathlib.Path({str(report)!r}).write_text(json.dumps({{"ok": ok, "errors": errors
     return subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "DIFFTUNE_LOCK_TIMEOUT": "60"})
 
 
+@pytest.mark.slow
 def test_a_polling_reader_and_the_graph_coexist(home):
     import json
 

@@ -425,7 +425,7 @@ def test_a_tuning_change_reuses_the_surrogate_and_relearns(simulated):
         ("structured", "surrogate"),
         ("structured", "direct"),
         ("structured", "combined"),
-        ("structured", "combined+direct"),
+        pytest.param("structured", "combined+direct", marks=pytest.mark.slow),
     ],
 )
 def test_each_surrogate_and_tuner_learns_a_valid_table_no_worse_on_val(simulated, model, tuner):

@@ -10,6 +10,8 @@ import pytest
 from conftest import ROOT, clean_env
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# The longest pages run with `make test-all`; the README and results.md run in `make test`.
+LONG = {"reference.md", "model.md"}
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 # Lines a test cannot run, each with why.
 SKIPPED = {
@@ -47,7 +49,9 @@ def test_the_readme_is_a_guide_that_links_the_rest():
 
 
 @pytest.mark.browser
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "page", [pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.name in LONG else []) for p in PAGES]
+)
 def test_every_command_in_the_docs_runs(smoke_run, page):
     root, _ = smoke_run
     env = clean_env(root)

@@ -98,6 +98,7 @@ class DyingWriter(ChunkWriter):
         return super().__call__(chunk, result)
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_chunk_loses_and_duplicates_nothing(pool, haswell, tmp_path, monkeypatch):
     import ray
 
@@ -156,6 +157,7 @@ def test_the_compute_resource_chooses_the_path(pool, monkeypatch):
         RayEngine("haswell", closed).simulate_pairs([], [None], [0], [0])
 
 
+@pytest.mark.slow
 def test_a_tuning_step_searches_on_ray(pool, tmp_path):
     """The direct search's candidates on Ray: the same learned table as on threads."""
     settings = override(SETTINGS, {"tuner": "direct", "search.budget": 1500, "search.rounds": 1})

@@ -116,6 +116,7 @@ def _counts(db: Path) -> dict:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="mounting a small filesystem needs root")
 def test_a_full_disk_ends_in_one_line_and_the_next_run_completes(tmp_path):
     small = tmp_path / "small"

@@ -184,6 +184,7 @@ def test_ray_is_reached_only_when_there_is_something_to_simulate():
     assert run.stdout.strip() == "False haswell"
 
 
+@pytest.mark.slow
 def test_without_dagster_home_the_projects_instance_is_used(tmp_path, monkeypatch):
     """`difftune materialize` run directly, as the README shows: the project's instance, set up as make does."""
     from difftune_pipeline import ui

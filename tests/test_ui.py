@@ -31,6 +31,7 @@ def _graphql(url: str, query: str) -> dict:
         return json.load(response)["data"]
 
 
+@pytest.mark.slow
 def test_ui_command_serves_the_pipeline(tmp_path):
     port = ui.free_port()
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "DIFFTUNE_WAREHOUSE": str(tmp_path / "w.duckdb")}

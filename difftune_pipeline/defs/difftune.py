@@ -62,12 +62,7 @@ def block_accesses(
     extended model's memory dependencies read them."""
     ctx = _ctx(context, warehouse, engine, settings)
     out = steps.record_accesses(ctx)
-    stored = store.table_version(
-        warehouse.path,
-        "block_harness",
-        "WHERE harness = ? AND block_id IN (SELECT block_id FROM measurements WHERE uarch = ?)",
-        [out["harness"], ctx.uarch],
-    )
+    stored = store.harness_version(warehouse.path, out["harness"], ctx.uarch)
     return dg.MaterializeResult(
         data_version=versions.reported(context, warehouse.path, stored),
         metadata={

@@ -44,3 +44,13 @@ def table_version(db: Db, table: str, where: str = "", params: list | None = Non
         params,
     ).row(0)
     return f"{row[0]}-{int(row[1]):x}"
+
+
+def harness_version(db: Db, harness: str, uarch: str) -> str:
+    """The version of the harness runs of the blocks measured on ``uarch``."""
+    return table_version(
+        db,
+        "block_harness",
+        "WHERE harness = ? AND block_id IN (SELECT block_id FROM measurements WHERE uarch = ?)",
+        [harness, uarch],
+    )
