@@ -60,6 +60,7 @@ def test_simulate_asm_file_and_params_round_trip(tmp_path):
     assert slower["results"][0]["cycles"] > default["results"][0]["cycles"]
 
 
+@pytest.mark.slow
 def test_a_table_is_simulated_under_its_own_model_unless_told(tmp_path):
     asm = tmp_path / "b.s"
     asm.write_text("movq %rax, (%rsi)\nmovq (%rdi), %rax\n")  # BHive's harness: one address
@@ -141,6 +142,7 @@ def test_params_export_of_stored_tables(cli_env, haswell):
     assert result.exit_code == 2 and "no parameter table 'nope'" in result.output
 
 
+@pytest.mark.slow
 def test_params_import_and_diff(cli_env, tmp_path):
     params = tmp_path / "p.json"
     assert runner.invoke(app, ["params", "export", "--out", str(params)]).exit_code == 0

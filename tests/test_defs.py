@@ -28,6 +28,7 @@ def test_definitions_load():
     } <= keys
 
 
+@pytest.mark.slow
 def test_materialise_the_ingestion_graph_twice(warehouse):
     definitions = defs()
     assets = [

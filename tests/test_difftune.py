@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import dagster as dg
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -421,7 +422,7 @@ def test_a_tuning_change_reuses_the_surrogate_and_relearns(simulated):
 @pytest.mark.parametrize(
     "model, tuner",
     [
-        ("ithemal", "surrogate"),
+        pytest.param("ithemal", "surrogate", marks=pytest.mark.slow),
         ("structured", "surrogate"),
         ("structured", "direct"),
         ("structured", "combined"),
@@ -449,3 +450,55 @@ def test_each_surrogate_and_tuner_learns_a_valid_table_no_worse_on_val(simulated
             "combined+direct": {"surrogate", "search", "search from default", "search again", "prune"},
         }[tuner]
     )
+
+
+def _gradient_problem(ctx: steps.StepContext):
+    """The learned_params step's problem with its surrogate view, for the gradient tuner alone."""
+    from difftune_pipeline.steps.learned_params import _surrogate_view
+    from difftune_pipeline.steps.surrogate import latest_surrogate
+    from difftune_pipeline.tuners import Problem
+
+    view = _surrogate_view(ctx, latest_surrogate(ctx))
+    frame, blocks = ctx.blocks("train")
+    _, default = ctx.default_table()
+    train = [blocks[b] for b in frame["block_id"]]
+    score = lambda t: ctx.score(t, "val")[0]  # noqa: E731
+    return Problem(ctx.engine, train, frame["cycles_per_100"].to_numpy(), default, score, view, lambda *_: None)
+
+
+def test_the_anchored_gradient_trusts_the_surrogate_for_differences_only(simulated):
+    """A surrogate wrong by any amount per block at the start steers the anchored
+    tuning exactly as the right one does: only its differences count."""
+    from difftune_pipeline.tuners.gradient import TuneConfig, tune
+
+    problem = _gradient_problem(simulated)
+    view, n = problem.surrogate, len(problem.blocks)
+    bias = torch.linspace(-300.0, 900.0, n)
+    config = TuneConfig(steps=12, validate_every=3, lr=0.5, refit_steps=0)
+
+    def learned(predict):
+        args = (n, view.space, problem.default, problem.measured, problem.score, config)
+        return tune(predict, *args, log=lambda *_: None, simulate=problem.train_cycles)
+
+    right, history = learned(view.predict)
+    biased, _ = learned(lambda m, g, idx: view.predict(m, g, idx) + bias[idx])
+    assert right.rows == biased.rows and right.globals == biased.globals
+    moved = [h for h in history if "train_mape" in h]
+    assert moved, "the tuning never moved a parameter"
+    kept = [h["train_mape"] for h in moved if h["kept"]]
+    assert kept == sorted(kept, reverse=True) and len(set(kept)) == len(kept)  # each kept round lowers train
+    assert all(h["val_mape"] is None for h in moved if not h["kept"])
+
+
+def test_refitting_makes_the_surrogate_closer_to_the_engine_where_it_went(simulated):
+    from difftune_pipeline.tuners.gradient import TuneConfig, _fidelity, _refit, _visit
+
+    problem = _gradient_problem(simulated)
+    view = problem.surrogate
+    worse = view.space.decode(*[a * 2 + 1 for a in view.space.encode(problem.default)], problem.default)
+    visited = [_visit(view.space, t, problem.train_cycles) for t in (problem.default, worse)]
+    before = [_fidelity(view.predict, *v) for v in visited]
+    _refit(view.model, view.predict, visited, TuneConfig(refit_steps=200, refit_lr=0.01), np.random.default_rng(0))
+    after = [_fidelity(view.predict, *v) for v in visited]
+    assert sum(after) < sum(before)
+    assert not any(p.requires_grad for p in view.model.parameters())  # frozen again for tuning

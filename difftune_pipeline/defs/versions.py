@@ -21,7 +21,7 @@ from dagster._time import get_current_datetime
 
 from difftune_pipeline import config, environment
 from difftune_pipeline.steps.context import fingerprint, step_version
-from difftune_pipeline.warehouse import simulations, versions
+from difftune_pipeline.warehouse import simulations, tables, versions
 
 # asset -> the step whose code and settings it runs
 STEPS = {
@@ -109,10 +109,11 @@ class Freshness:
         name = key.to_user_string()
         if versions.recorded(self.db).get((name, partition or "")) != current:
             return False
-        return self._files_intact(key, partition, current)
+        return self._still_stored(key, partition, current)
 
-    def _files_intact(self, key: dg.AssetKey, partition: str | None, version: str) -> bool:
-        """Whether the files a version names are there: the simulations' chunks, the surrogate's checkpoint."""
+    def _still_stored(self, key: dg.AssetKey, partition: str | None, version: str) -> bool:
+        """Whether what a version names is there: the simulations' chunks, the
+        surrogate's checkpoint, the learned table."""
         name = key.to_user_string()
         if name == "simulations":
             parts = self.graph.get(key).partitions_def.get_partition_key_from_str(partition).keys_by_dimension
@@ -120,4 +121,6 @@ class Freshness:
         if name == "surrogate":
             run = simulations.surrogate_run(self.db, version)
             return run is not None and Path(run["checkpoint"]).exists()
+        if name == "learned_params":
+            return tables.table_exists(self.db, version)
         return True

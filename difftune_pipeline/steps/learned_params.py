@@ -112,7 +112,8 @@ def _surrogate_view(ctx: StepContext, surrogate_run: dict) -> SurrogateView:
     surrogate = load_surrogate(surrogate_run)
     train_frame, train_blocks = ctx.blocks("train")
     predict = surrogate.predictor([train_blocks[b] for b in train_frame["block_id"]])
-    return SurrogateView(predict, ParamSpace.create(surrogate.row_keys, ctx.engine, ctx.default_table()[1]))
+    space = ParamSpace.create(surrogate.row_keys, ctx.engine, ctx.default_table()[1])
+    return SurrogateView(predict, space, surrogate.model)
 
 
 def _val_figures(ctx: StepContext, default: ParamTable, learned: ParamTable) -> dict:

@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 import numpy as np
+import torch
 
 from difftune_pipeline.engine import Engine, ParamTable
 from difftune_pipeline.engine.table import canonical_row
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.surrogates import Predict
+
+FAILED_ERROR = 10.0  # a train block the engine refuses under a table counts as 1000% off
 
 
 def log_scale(value):
@@ -36,10 +39,12 @@ def check_prior(setting: str, value: float) -> None:
 
 @dataclass
 class SurrogateView:
-    """A frozen surrogate's predictor over the train blocks, in its parameter space."""
+    """A surrogate's predictor over the train blocks, in its parameter space, and
+    its module (which the gradient tuner refits to the engine where it goes)."""
 
     predict: Predict
     space: ParamSpace
+    model: torch.nn.Module | None = None
 
 
 @dataclass
@@ -54,6 +59,11 @@ class Problem:
     measure: str = "steady"  # what the engine's cycles are read as (engine.SimResult.predicted)
     val_blocks: list = ()  # the val blocks ``score`` judges on, and their measured cycles per 100 iterations
     val_measured: np.ndarray | None = None
+
+    def train_cycles(self, table: ParamTable) -> np.ndarray:
+        """The engine's cycles per 100 iterations of each train block under ``table`` (NaN where it refuses one)."""
+        result = self.engine.simulate(self.blocks, table)
+        return np.where(result.ok, result.predicted(self.measure), np.nan)
 
 
 class Tuner(Protocol):

@@ -1,11 +1,20 @@
 """The surrogate tuner: learning the parameter table through a frozen surrogate (DiffTune §4).
 
-The table is a learnable tensor; ``abs()`` keeps it non-negative before the
-surrogate; the loss is MAPE against measured throughputs of the train blocks
-(plus, with ``prior``, the search's price of each ``log_scale`` unit away from
-the default table, per train block); Adam with lr 0.05. Every few steps the
-current table is extracted to valid integers and scored on the val blocks by the
-real engine; the best one wins.
+The table is a learnable tensor, kept non-negative; the loss is MAPE against
+measured throughputs of the train blocks (plus, with ``prior``, the search's
+price of each ``log_scale`` unit away from the default table, per train block);
+Adam with lr 0.05.
+
+With ``anchored`` (the default) the surrogate is trusted for differences, not
+levels: each block is predicted as ``engine(θₖ) + surrogate(θ) − surrogate(θₖ)``,
+where θₖ is the last table the engine confirmed, so a block the surrogate gets
+wrong at θₖ does not steer the table. A round is ``validate_every`` steps inside
+a trust region of ``trust`` ``log_scale`` units around θₖ; then the engine
+simulates the table reached on the train blocks, and it becomes θₖ only when its
+train MAPE is lower; otherwise the round starts again from θₖ with half the
+step and trust region. Without ``anchored``, DiffTune's own objective: the
+surrogate's levels, with the table scored on val every ``validate_every`` steps.
+Either way the table with the best engine MAPE on val wins.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import torch
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.surrogates import Predict, mape_loss, relative_error
-from difftune_pipeline.tuners.base import Problem, check_prior, log_scale
+from difftune_pipeline.tuners.base import FAILED_ERROR, Problem, check_prior, log_scale
 
 
 @dataclass
@@ -32,9 +41,15 @@ class TuneConfig:
     validate_every: int = 25
     prior: float = 0.0  # summed train error a log_scale unit away from the default costs (as search.prior)
     seed: int = 0
+    anchored: bool = True  # the surrogate predicts differences around the engine's θₖ (module docstring)
+    trust: float = 1.0  # log_scale units a parameter may move from θₖ in one round (anchored)
+    refit_steps: int = 100  # steps fitting the surrogate to the engine at the tables visited (anchored; 0: frozen)
+    refit_lr: float = 1e-3
 
     def __post_init__(self):
         check_prior("tune.prior", self.prior)
+        if not self.trust > 0:
+            raise ValueError(f"tune.trust must be above 0, got {self.trust!r}")
 
 
 def tune(
@@ -47,40 +62,148 @@ def tune(
     config: TuneConfig,
     log=print,
     reference: ParamTable | None = None,
+    simulate: Callable[[ParamTable], np.ndarray] | None = None,
+    model: torch.nn.Module | None = None,
 ) -> tuple[ParamTable, list[dict]]:
     """Optimise the table through ``predict(matrix, globals, block indices)`` (a
     frozen differentiable surrogate) against ``measured`` train throughputs, and
     with ``config.prior`` toward ``reference``'s rows (default: ``start``).
-    Returns the table with the best ``score`` (engine MAPE on val) among the
-    start table and the tables extracted along the optimisation, and the history."""
+    ``simulate`` (the engine's train cycles under a table, NaN where refused) is
+    needed when ``config.anchored``; with ``model`` (the module behind
+    ``predict``) and ``config.refit_steps``, the surrogate is refitted in place
+    to the engine's cycles at every table the engine simulated. Returns the table with the best ``score``
+    (engine MAPE on val) among the start table and the tables extracted along
+    the optimisation, and the history."""
+    if config.anchored and simulate is None:
+        raise ValueError("an anchored tuning needs the engine's train cycles (simulate)")
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
-    matrix, globals_ = space.encode(start)
-    theta = torch.tensor(matrix, requires_grad=True)
-    gvec = torch.tensor(globals_, requires_grad=True)
     truth = torch.tensor(measured, dtype=torch.float32)
-    anchor = torch.tensor(log_scale(space.encode(reference or start)[0]))
-    optimizer = torch.optim.Adam([theta, gvec], lr=config.lr)
-
+    prior_anchor = torch.tensor(log_scale(space.encode(reference or start)[0]))
     best_score = score(start)
     best, history = start, [{"step": 0, "surrogate_mape": None, "val_mape": best_score}]
     log(f"tune: start ({config.start}) val MAPE {100 * best_score:.2f}%")
+
+    confirmed = start  # θₖ
+    offset, confirmed_train = _anchor(predict, n_blocks, space, start, measured, simulate, config.anchored)
+    visited = [_visit(space, start, simulate)] if config.anchored else []
+    refit = model is not None and config.anchored and config.refit_steps > 0
+    lr = config.lr
+    theta, gvec, optimizer = _start(space, confirmed, lr)
+    bounds = _trust_region(space, confirmed, config.trust) if config.anchored else None
     for step in range(1, config.steps + 1):
         idx = torch.tensor(rng.choice(n_blocks, size=min(config.batch_blocks, n_blocks), replace=False))
-        loss = mape_loss(predict(theta.abs(), gvec.abs(), idx), truth[idx])
+        loss = mape_loss(predict(theta.abs(), gvec.abs(), idx) + offset[idx], truth[idx])
         # log_scale of the non-negative table, in torch so that the gradient flows
-        objective = loss + config.prior / n_blocks * (torch.log2(1 + theta.abs()) - anchor).abs().sum()
+        objective = loss + config.prior / n_blocks * (torch.log2(1 + theta.abs()) - prior_anchor).abs().sum()
         optimizer.zero_grad()
         objective.backward()
         optimizer.step()
-        if step % config.validate_every == 0 or step == config.steps:
-            candidate = space.decode(theta.detach().numpy(), gvec.detach().numpy(), start)
-            val = score(candidate)
-            history.append({"step": step, "surrogate_mape": loss.item(), "val_mape": val})
-            log(f"tune: step {step}: surrogate train MAPE {100 * loss.item():.2f}%, engine val MAPE {100 * val:.2f}%")
-            if val < best_score:
-                best, best_score = candidate, val
+        if bounds:
+            with torch.no_grad():
+                for tensor, (low, high) in zip((theta, gvec), bounds):
+                    tensor.copy_(torch.minimum(torch.maximum(tensor, low), high))
+        if step % config.validate_every and step != config.steps:
+            continue
+        candidate = space.decode(theta.detach().numpy(), gvec.detach().numpy(), start)
+        entry = {"step": step, "surrogate_mape": loss.item()}
+        if config.anchored:
+            if _same(space, candidate, confirmed):  # no integer moved yet: the round goes on
+                continue
+            visited.append(_visit(space, candidate, simulate))
+            entry["fidelity"] = _fidelity(predict, *visited[-1])  # the surrogate where it went, before refitting
+            if refit:
+                _refit(model, predict, visited, config, rng)
+                offset, confirmed_train = _anchor(predict, n_blocks, space, confirmed, measured, simulate, True)
+            candidate_offset, train = _anchor(predict, n_blocks, space, candidate, measured, simulate, True)
+            entry["train_mape"] = train
+            if not train < confirmed_train:  # the engine does not confirm the round: half the step, from θₖ
+                lr = lr / 2
+                theta, gvec, optimizer = _start(space, confirmed, lr)
+                history.append({**entry, "val_mape": None, "kept": False})
+                log(f"tune: step {step}: engine train MAPE {100 * train:.2f}%, not kept")
+                continue
+            confirmed, offset, confirmed_train = candidate, candidate_offset, train
+            bounds = _trust_region(space, confirmed, config.trust)
+        val = score(candidate)
+        history.append({**entry, "val_mape": val, **({"kept": True} if config.anchored else {})})
+        log(
+            f"tune: step {step}: surrogate train MAPE {100 * loss.item():.2f}%, "
+            + (f"engine train MAPE {100 * entry['train_mape']:.2f}%, " if config.anchored else "")
+            + f"engine val MAPE {100 * val:.2f}%"
+        )
+        if val < best_score:
+            best, best_score = candidate, val
     return best, history
+
+
+def _anchor(predict, n_blocks, space, table, measured, simulate, anchored, batch: int = 512):
+    """Per train block, engine − surrogate at ``table`` (zeros when not anchored,
+    and where the engine refuses the block), and the engine's train MAPE there."""
+    if not anchored:
+        return torch.zeros(n_blocks), None
+    engine = simulate(table)
+    matrix, globals_ = (torch.tensor(a) for a in space.encode(table))
+    with torch.no_grad():
+        surrogate = torch.cat(
+            [predict(matrix, globals_, torch.arange(i, min(n_blocks, i + batch))) for i in range(0, n_blocks, batch)]
+        ).numpy()
+    refused = np.isnan(engine)
+    offset = np.where(refused, 0.0, engine - surrogate).astype(np.float32)
+    error = np.where(refused, FAILED_ERROR, np.abs(engine - measured) / measured)
+    return torch.tensor(offset), float(error.mean())
+
+
+def _visit(space: ParamSpace, table: ParamTable, simulate) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A table the tuning reached, as the surrogate reads it, with the engine's train cycles there."""
+    matrix, globals_ = space.encode(table)
+    return torch.tensor(matrix), torch.tensor(globals_), torch.tensor(simulate(table), dtype=torch.float32)
+
+
+def _fidelity(predict, matrix, globals_, engine, batch: int = 512) -> float:
+    """The surrogate's MAPE against the engine at one table, over the train blocks the engine simulated."""
+    ok = torch.nonzero(~torch.isnan(engine)).squeeze(1)
+    with torch.no_grad():
+        pred = torch.cat([predict(matrix, globals_, ok[i : i + batch]) for i in range(0, len(ok), batch)])
+    return mape_loss(pred, engine[ok]).item()
+
+
+def _refit(model: torch.nn.Module, predict, visited: list, config: TuneConfig, rng: np.random.Generator) -> None:
+    """Active learning: a few steps fitting the surrogate to the engine's cycles at
+    the tables visited, so that it is accurate where the tuning goes."""
+    parameters = list(model.parameters())
+    for p in parameters:
+        p.requires_grad_(True)
+    optimizer = torch.optim.Adam(parameters, lr=config.refit_lr)
+    for _ in range(config.refit_steps):
+        matrix, globals_, engine = visited[rng.integers(len(visited))]
+        ok = torch.nonzero(~torch.isnan(engine)).squeeze(1)
+        idx = ok[torch.tensor(rng.choice(len(ok), size=min(config.batch_blocks, len(ok)), replace=False))]
+        loss = mape_loss(predict(matrix, globals_, idx), engine[idx])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    for p in parameters:
+        p.requires_grad_(False)
+
+
+def _start(space: ParamSpace, table: ParamTable, lr: float):
+    """The table's tensors and a fresh optimiser over them."""
+    theta, gvec = (torch.tensor(a, requires_grad=True) for a in space.encode(table))
+    return theta, gvec, torch.optim.Adam([theta, gvec], lr=lr)
+
+
+def _trust_region(space: ParamSpace, table: ParamTable, trust: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Bounds of the table's parameters and globals, ``trust`` log_scale units either side of ``table``."""
+    bounds = []
+    for values in space.encode(table):
+        scale = torch.log2(1 + torch.tensor(values).abs())
+        bounds.append((torch.clamp(2 ** (scale - trust) - 1, min=0), 2 ** (scale + trust) - 1))
+    return bounds
+
+
+def _same(space: ParamSpace, a: ParamTable, b: ParamTable) -> bool:
+    return all(np.array_equal(x, y) for x, y in zip(space.encode(a), space.encode(b)))
 
 
 def gradient(
@@ -124,4 +247,6 @@ class SurrogateTuner:
             self.config,
             log=problem.log,
             reference=problem.default,
+            simulate=problem.train_cycles,
+            model=problem.surrogate.model,
         )

@@ -28,11 +28,10 @@ import numpy as np
 
 from difftune_pipeline.engine import LIMITS, Engine, ParamTable
 from difftune_pipeline.engine.table import canonical_row
-from difftune_pipeline.tuners.base import Problem, check_prior, log_scale, sibling_groups
+from difftune_pipeline.tuners.base import FAILED_ERROR, Problem, check_prior, log_scale, sibling_groups
 from difftune_pipeline.tuners.gradient import gradient
 
 Proposer = Callable[[str, dict], list]
-FAILED_ERROR = 10.0  # a block the engine refuses under a table counts as 1000% off
 
 
 @dataclass
