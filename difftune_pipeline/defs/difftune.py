@@ -135,7 +135,7 @@ def block_features(
     and the bottleneck they point to. Errors are sliced by it in ``evaluation``."""
     ctx = _ctx(context, warehouse, engine, settings)
     out = steps.block_features(ctx)
-    stored = store.table_version(warehouse.path, "block_features", "WHERE mcpu = ?", [ctx.uarch])
+    stored = store.uarch_version(warehouse.path, "block_features", ctx.uarch)
     return dg.MaterializeResult(
         data_version=versions.reported(context, warehouse.path, stored),
         metadata={
@@ -328,7 +328,7 @@ def evaluation(
         meta["plot_file"] = dg.MetadataValue.path(str(path))
     for e in out["explained"]:
         meta[f"why_{e['case'].replace(' ', '_')}"] = explained(e)
-    stored = store.table_version(warehouse.path, "evaluations", "WHERE uarch = ?", [ctx.uarch])
+    stored = store.uarch_version(warehouse.path, "evaluation", ctx.uarch)
     return dg.MaterializeResult(metadata=meta, data_version=versions.reported(context, warehouse.path, stored))
 
 

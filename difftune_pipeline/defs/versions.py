@@ -113,7 +113,7 @@ class Freshness:
 
     def _still_stored(self, key: dg.AssetKey, partition: str | None, version: str) -> bool:
         """Whether what a version names is there: the simulations' chunks, the
-        surrogate's checkpoint, the learned table."""
+        surrogate's checkpoint, the learned table, a µarch's features and evaluation rows."""
         name = key.to_user_string()
         if name == "simulations":
             parts = self.graph.get(key).partitions_def.get_partition_key_from_str(partition).keys_by_dimension
@@ -123,4 +123,6 @@ class Freshness:
             return run is not None and Path(run["checkpoint"]).exists()
         if name == "learned_params":
             return tables.table_exists(self.db, version)
+        if name in versions.PER_UARCH:
+            return versions.uarch_version(self.db, name, partition) == version
         return True

@@ -54,3 +54,13 @@ def harness_version(db: Db, harness: str, uarch: str) -> str:
         "WHERE harness = ? AND block_id IN (SELECT block_id FROM measurements WHERE uarch = ?)",
         [harness, uarch],
     )
+
+
+# The assets whose version is the fingerprint of their rows of one µarch: (table, µarch column).
+PER_UARCH = {"block_features": ("block_features", "mcpu"), "evaluation": ("evaluations", "uarch")}
+
+
+def uarch_version(db: Db, asset: str, uarch: str) -> str:
+    """The version of what ``asset`` (one of ``PER_UARCH``) holds of ``uarch`` now."""
+    table, column = PER_UARCH[asset]
+    return table_version(db, table, f"WHERE {column} = ?", [uarch])
