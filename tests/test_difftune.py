@@ -450,6 +450,11 @@ def test_each_surrogate_and_tuner_learns_a_valid_table_no_worse_on_val(simulated
             "combined+direct": {"surrogate", "search", "search from default", "search again", "prune"},
         }[tuner]
     )
+    # per stage, what it gained on val and what it cost; the gains add up to the learned table's
+    stages = out["stages"]
+    assert {s["stage"] for s in stages} >= ran - {"search from default", "search again"}
+    assert sum(s["val_gain"] for s in stages) == pytest.approx(out["default_val_mape"] - out["learned_val_mape"])
+    assert all(s["engine_simulations"] > 0 for s in stages if s["stage"] in ("surrogate", "search"))
 
 
 def _gradient_problem(ctx: steps.StepContext):

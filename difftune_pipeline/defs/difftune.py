@@ -271,6 +271,7 @@ def learned_params(
     meta = {"table_id": out["table_id"], "reused": out["reused"]}
     if not out["reused"]:
         meta["val_mape_by_step"] = markdown(pl.DataFrame(out["history"]))
+        meta["stages"] = markdown(pl.DataFrame(out["stages"]))  # what each tuner gained on val, and cost
         meta["changed_rows"] = out["changed_rows"]
     yield dg.MaterializeResult(metadata=meta, data_version=versions.reported(context, warehouse.path, out["table_id"]))
     yield check_result(

@@ -56,7 +56,7 @@ def learn(ctx: StepContext, log=print) -> dict:
     )
     t0 = time.perf_counter()
     with deterministic(settings.surrogate_config.threads):
-        best, history = run(tuners, problem)
+        best, history, stages = run(tuners, problem)
     seconds = time.perf_counter() - t0
     figures = _val_figures(ctx, default, best)
     note = {
@@ -67,6 +67,7 @@ def learn(ctx: StepContext, log=print) -> dict:
         "prune": asdict(settings.prune),
         "measure": settings.measure,
         "history": history,
+        "stages": stages,
         "seconds": seconds,
         "val_mape": figures,
     }
@@ -84,6 +85,7 @@ def learn(ctx: StepContext, log=print) -> dict:
         "table_id": table_id,
         "reused": False,
         "history": history,
+        "stages": stages,
         "seconds": seconds,
         "changed_rows": len(best.changed_rows(default)),
         **figures,

@@ -9,8 +9,9 @@ a frozen surrogate over the train blocks.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, Protocol
 
 import numpy as np
@@ -113,13 +114,47 @@ class Repeated:
         return best, history
 
 
-def run(tuners: list[Tuner], problem: Problem) -> tuple[ParamTable, list[dict]]:
-    """Each tuner starts from the table the previous one returned (the first from LLVM's)."""
-    best, history = problem.default, []
+class CountedEngine:
+    """The engine, counting the block simulations asked of it (what a stage costs)."""
+
+    def __init__(self, engine: Engine):
+        self.engine, self.simulations = engine, 0
+
+    def simulate(self, blocks, *args, **kwargs):
+        self.simulations += len(blocks)
+        return self.engine.simulate(blocks, *args, **kwargs)
+
+    def simulate_pairs(self, blocks, tables, block_idx, *args, **kwargs):
+        self.simulations += len(block_idx)
+        return self.engine.simulate_pairs(blocks, tables, block_idx, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+
+def run(tuners: list[Tuner], problem: Problem) -> tuple[ParamTable, list[dict], list[dict]]:
+    """Each tuner starts from the table the previous one returned (the first from
+    LLVM's). Returns the table, the history, and per stage what it gained on val
+    and what it cost (train simulations by the engine, seconds)."""
+    engine = CountedEngine(problem.engine)
+    problem = replace(problem, engine=engine)
+    best, history, stages = problem.default, [], []
+    val = problem.score(best)
     for tuner in tuners:
+        spent, t0 = engine.simulations, time.perf_counter()
         best, steps = tuner.tune(best, problem)
         history += [{"stage": tuner.stage, **h} for h in steps]
-    return best, history
+        before, val = val, problem.score(best)
+        stages.append(
+            {
+                "stage": tuner.stage,
+                "val_mape": val,
+                "val_gain": before - val,
+                "engine_simulations": engine.simulations - spent,
+                "seconds": time.perf_counter() - t0,
+            }
+        )
+    return best, history, stages
 
 
 def stem(key: str) -> str:
