@@ -30,7 +30,7 @@ CODE_VERSIONS = {
     "sampled_tables": "2",
     "simulations": "2",
     "surrogate": "7",
-    "learned_params": "12",
+    "learned_params": "13",
     "evaluation": "6",
 }
 

@@ -62,8 +62,9 @@ class Problem:
     val_measured: np.ndarray | None = None
 
     def train_cycles(self, table: ParamTable) -> np.ndarray:
-        """The engine's cycles per 100 iterations of each train block under ``table`` (NaN where it refuses one)."""
-        result = self.engine.simulate(self.blocks, table)
+        """The engine's cycles per 100 iterations of each train block under ``table``
+        (NaN where it refuses one), fast-forwarded as the search's train simulations are."""
+        result = self.engine.simulate(self.blocks, table, fast_forward=self.measure == "steady")
         return np.where(result.ok, result.predicted(self.measure), np.nan)
 
 
