@@ -71,9 +71,9 @@ def tune(
     ``simulate`` (the engine's train cycles under a table, NaN where refused) is
     needed when ``config.anchored``; with ``model`` (the module behind
     ``predict``) and ``config.refit_steps``, the surrogate is refitted in place
-    to the engine's cycles at every table the engine simulated. Returns the table with the best ``score``
-    (engine MAPE on val) among the start table and the tables extracted along
-    the optimisation, and the history."""
+    to the engine's cycles at every table the engine simulated. Returns the
+    table with the best ``score`` (engine MAPE on val) among the start table and
+    the tables extracted along the optimisation, and the history."""
     if config.anchored and simulate is None:
         raise ValueError("an anchored tuning needs the engine's train cycles (simulate)")
     torch.manual_seed(config.seed)
@@ -85,8 +85,9 @@ def tune(
     log(f"tune: start ({config.start}) val MAPE {100 * best_score:.2f}%")
 
     confirmed = start  # θₖ
-    offset, confirmed_train = _anchor(predict, n_blocks, space, start, measured, simulate, config.anchored)
-    visited = [_visit(space, start, simulate)] if config.anchored else []
+    visited = [_visit(space, start, simulate)] if config.anchored else []  # θ₀ and each round's, with engine cycles
+    at_confirmed = visited[0] if visited else None
+    offset, confirmed_train = _anchor(predict, n_blocks, at_confirmed, measured)
     refit = model is not None and config.anchored and config.refit_steps > 0
     lr = config.lr
     theta, gvec, optimizer = _start(space, confirmed, lr)
@@ -114,8 +115,8 @@ def tune(
             entry["fidelity"] = _fidelity(predict, *visited[-1])  # the surrogate where it went, before refitting
             if refit:
                 _refit(model, predict, visited, config, rng)
-                offset, confirmed_train = _anchor(predict, n_blocks, space, confirmed, measured, simulate, True)
-            candidate_offset, train = _anchor(predict, n_blocks, space, candidate, measured, simulate, True)
+                offset, confirmed_train = _anchor(predict, n_blocks, at_confirmed, measured)
+            candidate_offset, train = _anchor(predict, n_blocks, visited[-1], measured)
             entry["train_mape"] = train
             if not train < confirmed_train:  # the engine does not confirm the round: half the step, from θₖ
                 lr = lr / 2
@@ -123,7 +124,7 @@ def tune(
                 history.append({**entry, "val_mape": None, "kept": False})
                 log(f"tune: step {step}: engine train MAPE {100 * train:.2f}%, not kept")
                 continue
-            confirmed, offset, confirmed_train = candidate, candidate_offset, train
+            confirmed, at_confirmed, offset, confirmed_train = candidate, visited[-1], candidate_offset, train
             bounds = _trust_region(space, confirmed, config.trust)
         val = score(candidate)
         history.append({**entry, "val_mape": val, **({"kept": True} if config.anchored else {})})
@@ -137,27 +138,27 @@ def tune(
     return best, history
 
 
-def _anchor(predict, n_blocks, space, table, measured, simulate, anchored, batch: int = 512):
-    """Per train block, engine − surrogate at ``table`` (zeros when not anchored,
-    and where the engine refuses the block), and the engine's train MAPE there."""
-    if not anchored:
+def _anchor(predict, n_blocks: int, visit, measured: np.ndarray, batch: int = 512):
+    """Per train block, engine − surrogate at a visited table (zeros without one,
+    and where the engine refused the block), and the engine's train MAPE there."""
+    if visit is None:
         return torch.zeros(n_blocks), None
-    engine = simulate(table)
-    matrix, globals_ = (torch.tensor(a) for a in space.encode(table))
+    matrix, globals_, engine = visit
     with torch.no_grad():
         surrogate = torch.cat(
             [predict(matrix, globals_, torch.arange(i, min(n_blocks, i + batch))) for i in range(0, n_blocks, batch)]
-        ).numpy()
+        )
+    engine = engine.numpy()
     refused = np.isnan(engine)
-    offset = np.where(refused, 0.0, engine - surrogate).astype(np.float32)
+    offset = np.where(refused, 0.0, engine - surrogate.numpy()).astype(np.float32)
     error = np.where(refused, FAILED_ERROR, np.abs(engine - measured) / measured)
     return torch.tensor(offset), float(error.mean())
 
 
 def _visit(space: ParamSpace, table: ParamTable, simulate) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A table the tuning reached, as the surrogate reads it, with the engine's train cycles there."""
+    """A table the tuning reached, as the surrogate reads it, with the engine's train cycles there (float64)."""
     matrix, globals_ = space.encode(table)
-    return torch.tensor(matrix), torch.tensor(globals_), torch.tensor(simulate(table), dtype=torch.float32)
+    return torch.tensor(matrix), torch.tensor(globals_), torch.tensor(simulate(table))
 
 
 def _fidelity(predict, matrix, globals_, engine, batch: int = 512) -> float:
@@ -165,7 +166,7 @@ def _fidelity(predict, matrix, globals_, engine, batch: int = 512) -> float:
     ok = torch.nonzero(~torch.isnan(engine)).squeeze(1)
     with torch.no_grad():
         pred = torch.cat([predict(matrix, globals_, ok[i : i + batch]) for i in range(0, len(ok), batch)])
-    return mape_loss(pred, engine[ok]).item()
+    return mape_loss(pred, engine[ok].float()).item()
 
 
 def _refit(model: torch.nn.Module, predict, visited: list, config: TuneConfig, rng: np.random.Generator) -> None:
@@ -179,7 +180,7 @@ def _refit(model: torch.nn.Module, predict, visited: list, config: TuneConfig, r
         matrix, globals_, engine = visited[rng.integers(len(visited))]
         ok = torch.nonzero(~torch.isnan(engine)).squeeze(1)
         idx = ok[torch.tensor(rng.choice(len(ok), size=min(config.batch_blocks, len(ok)), replace=False))]
-        loss = mape_loss(predict(matrix, globals_, idx), engine[idx])
+        loss = mape_loss(predict(matrix, globals_, idx), engine[idx].float())
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
