@@ -409,6 +409,7 @@ def test_materialise_the_whole_graph_with_the_cli(smoke_run, tmp_path, monkeypat
     assert moved.exit_code == 0 and moved.stdout.startswith("opcode,param,idx,base,value,delta")
 
 
+@pytest.mark.slow
 def test_a_tuning_change_reuses_the_surrogate_and_relearns(simulated):
     ctx = simulated
     first = steps.train_surrogate(ctx, log=lambda *_: None)
