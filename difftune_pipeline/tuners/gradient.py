@@ -1,4 +1,4 @@
-"""The surrogate tuner: learning the parameter table through a frozen surrogate (DiffTune §4).
+"""The surrogate tuner: learning the parameter table through the surrogate (DiffTune §4).
 
 The table is a learnable tensor, kept non-negative; the loss is MAPE against
 measured throughputs of the train blocks (plus, with ``prior``, the search's
@@ -12,8 +12,9 @@ wrong at θₖ does not steer the table. A round is ``validate_every`` steps ins
 a trust region of ``trust`` ``log_scale`` units around θₖ; then the engine
 simulates the table reached on the train blocks, and it becomes θₖ only when its
 train MAPE is lower; otherwise the round starts again from θₖ with half the
-step and trust region. Without ``anchored``, DiffTune's own objective: the
-surrogate's levels, with the table scored on val every ``validate_every`` steps.
+step. Every table the engine simulated refits the surrogate (``refit_steps``).
+Without ``anchored``, DiffTune's own objective: the surrogate's levels, with
+the table scored on val every ``validate_every`` steps.
 Either way the table with the best engine MAPE on val wins.
 """
 
@@ -66,7 +67,7 @@ def tune(
     model: torch.nn.Module | None = None,
 ) -> tuple[ParamTable, list[dict]]:
     """Optimise the table through ``predict(matrix, globals, block indices)`` (a
-    frozen differentiable surrogate) against ``measured`` train throughputs, and
+    differentiable surrogate) against ``measured`` train throughputs, and
     with ``config.prior`` toward ``reference``'s rows (default: ``start``).
     ``simulate`` (the engine's train cycles under a table, NaN where refused) is
     needed when ``config.anchored``; with ``model`` (the module behind
