@@ -286,11 +286,11 @@ def test_bank_conflicts_are_sandy_and_ivy_bridges_and_need_memory(haswell, base)
     forced = model(base, ("memory",), "bhive")
     forced.mechanisms = ("memory", "bank_conflict")
     forced.globals["bank_conflict_penalty"] = 1
-    with pytest.raises(InvalidTable, match="bank_conflict is Sandy and Ivy Bridge's"):
+    with pytest.raises(InvalidTable, match="bank_conflict is not a mechanism of haswell"):
         haswell.compile(forced)
     ivy = Engine("ivybridge")
     alone = ivy.default_table().with_model(("bank_conflict",), "bhive")
-    with pytest.raises(InvalidTable, match="bank_conflict needs memory"):
+    with pytest.raises(InvalidTable, match="bank_conflict needs memory on"):
         ivy.compile(alone)
     assert extended.parse("extended", "ivybridge") == (
         "front_end",
@@ -319,7 +319,7 @@ def test_a_partial_register_write_merges_into_the_full_register(haswell, base):
     zen = Engine("znver1")
     forced = zen.default_table()
     forced.mechanisms = ("partial_register",)
-    with pytest.raises(InvalidTable, match="partial_register follows Intel's rules"):
+    with pytest.raises(InvalidTable, match="partial_register is not a mechanism of znver1 \\(zen\\)"):
         zen.compile(forced)
 
 
@@ -428,13 +428,13 @@ def test_engine_refuses_out_of_range_parameters_and_unsupported_cpus(haswell, ba
     forced = zen.default_table()
     forced.mechanisms = ("front_end",)
     forced.globals.update(extended.defaults("haswell", ("front_end",)))
-    with pytest.raises(InvalidTable, match="front_end follows Intel's rules"):
+    with pytest.raises(InvalidTable, match="globals: front_end is not a mechanism of znver1 \\(zen\\): one of memory"):
         zen.compile(forced)
     with pytest.raises(ValueError, match="zero_shift is not a mechanism of haswell"):
         base.with_model(("zero_shift",))
     forced = model(base, ("stack_engine",))
     forced.mechanisms, forced.globals = ("zero_shift",), {**base.globals, "zero_shift_penalty": 23}
-    with pytest.raises(InvalidTable, match="zero_shift is AMD Zen"):
+    with pytest.raises(InvalidTable, match="globals: zero_shift is not a mechanism of haswell \\(haswell\\)"):
         haswell.compile(forced)
 
 

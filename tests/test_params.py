@@ -54,13 +54,13 @@ def test_an_extended_space_is_named_by_the_defaults_it_samples_around(haswell, s
 
 def test_a_new_engine_revision_renames_extended_tables_and_spaces(haswell, space_and_default, monkeypatch):
     """Results stored under mechanisms that simulated differently are never reused."""
-    from difftune_pipeline.engine import extended
+    from difftune_pipeline.engine import mechanisms
 
     space, default, _ = space_and_default
     ext = default.with_model(("memory",), "bhive")
     before = ext.fingerprint(), ParamSpace.create(space.keys, haswell, ext).fingerprint()
     plain = default.fingerprint(), space.fingerprint()
-    monkeypatch.setattr(extended, "REVISION", extended.REVISION + 1)
+    monkeypatch.setattr(mechanisms, "REVISION", mechanisms.REVISION + 1)
     after = ext.fingerprint(), ParamSpace.create(space.keys, haswell, ext).fingerprint()
     assert before[0] != after[0] and before[1] != after[1]
     assert (default.fingerprint(), space.fingerprint()) == plain  # llvm-mca's model is LLVM's own

@@ -18,15 +18,13 @@ from typing import TypeVar
 
 import numpy as np
 
-from difftune_pipeline.engine import _engine
-from difftune_pipeline.engine.table import ParamTable, canonical_row
+from difftune_pipeline.engine import _engine, generations
+from difftune_pipeline.engine.table import LIMITS, ParamTable, canonical_row
 from difftune_pipeline.engine.trace import Trace
 
 LLVM_VERSION: str = _engine.LLVM_VERSION
 T = TypeVar("T")
 LLVM_MCA = Path(_engine.LLVM_BIN_DIR) / "llvm-mca"
-# Valid parameter ranges, name -> (min, max): the engine's own, which compile() enforces.
-LIMITS: dict[str, tuple[int, int]] = dict(_engine.LIMITS)
 # The -mcpu names an Engine accepts: x86 CPUs whose LLVM model schedules per instruction.
 CPUS: frozenset[str] = frozenset(_engine.known_cpus())
 InvalidTable = _engine.InvalidTable
@@ -106,7 +104,7 @@ class Engine:
     def __init__(self, mcpu: str):
         if mcpu not in CPUS:
             raise ValueError(f"unknown CPU {mcpu!r}: LLVM {LLVM_VERSION} models {', '.join(sorted(CPUS))}")
-        self._native = _engine.Engine(mcpu)
+        self._native = _engine.Engine(mcpu, generations.facts(mcpu))
         self.mcpu = mcpu
         self.llvm_version = LLVM_VERSION
         self._defaults: ParamTable | None = None

@@ -18,13 +18,16 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from difftune_pipeline.engine import _engine, extended
+from difftune_pipeline.engine import _engine, extended, mechanisms
 
 FORMAT = "difftune-params/1"
 GLOBALS = ("dispatch_width", "micro_op_buffer_size")
 GLOBAL_ROW = "*"  # the opcode column's value for globals in the long form
+# Valid parameter ranges, name -> (min, max), which compile() enforces: the
+# engine's own, and those declared with the extended model's parameters.
+LIMITS: dict[str, tuple[int, int]] = dict(_engine.LIMITS) | {n: p.limits for n, p in mechanisms.PARAMETERS.items()}
 
 
 @dataclass
@@ -167,7 +170,7 @@ class ParamTable:
 
     # ---- comparisons ------------------------------------------------------
     def fingerprint(self) -> str:
-        doc = self.to_dict() | ({"revision": extended.REVISION} if self.mechanisms else {})
+        doc = self.to_dict() | ({"revision": mechanisms.REVISION} if self.mechanisms else {})
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
     def changed_rows(self, base: ParamTable) -> dict[str, dict]:
@@ -223,7 +226,7 @@ def canonical_row(row: dict) -> dict:
 # ---- the document schema -------------------------------------------------------
 def _int(limit: str | tuple[int, int]):
     """The type of an integer within the engine's own range for ``limit``: no bools, strings or floats."""
-    lo, hi = _engine.LIMITS[limit] if isinstance(limit, str) else limit
+    lo, hi = LIMITS[limit] if isinstance(limit, str) else limit
     return Annotated[int, Field(strict=True, ge=lo, le=hi)]
 
 
@@ -238,31 +241,18 @@ class _Row(BaseModel):
     ports: dict[str, _int("port_cycles")]
 
 
-class _Globals(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    dispatch_width: _int("dispatch_width")
-    micro_op_buffer_size: _int("micro_op_buffer_size")
-    # The extended model's (present exactly when their mechanism is on):
-    predecode_bytes: _int("predecode_bytes") | None = None
-    predecode_width: _int("predecode_width") | None = None
-    decoders: _int("decoders") | None = None
-    simple_decoder_uops: _int("simple_decoder_uops") | None = None
-    uop_queue_size: _int("uop_queue_size") | None = None
-    issue_width: _int("issue_width") | None = None
-    lcp_penalty: _int("lcp_penalty") | None = None
-    store_forward_latency: _int("store_forward_latency") | None = None
-    alias_4k_penalty: _int("alias_4k_penalty") | None = None
-    store_forward_fail_penalty: _int("store_forward_fail_penalty") | None = None
-    stack_sync_uops: _int("stack_sync_uops") | None = None
-    moves_eliminated: _int("moves_eliminated") | None = None
-    zero_shift_penalty: _int("zero_shift_penalty") | None = None
-    lock_penalty: _int("lock_penalty") | None = None
-    bank_conflict_penalty: _int("bank_conflict_penalty") | None = None
+# The globals: llvm-mca's two, and the extended model's, present exactly when their mechanism is on.
+_Globals = create_model(
+    "_Globals",
+    __config__=ConfigDict(extra="forbid"),
+    **{name: (_int(name), ...) for name in GLOBALS},
+    **{name: (_int(name) | None, None) for name in mechanisms.PARAMETERS},
+)
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    mechanisms: list[Literal[extended.MECHANISMS]]  # type: ignore[valid-type]
+    mechanisms: list[Literal[mechanisms.MECHANISMS]]  # type: ignore[valid-type]
     harness: Literal[extended.HARNESSES]  # type: ignore[valid-type]
 
 

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from difftune_pipeline.engine import LIMITS, Engine, extended
-from difftune_pipeline.engine.extended import GLOBALS as EXTENDED_GLOBALS
+from difftune_pipeline.engine import LIMITS, Engine, mechanisms
 from difftune_pipeline.engine.extended import PLAIN
 from difftune_pipeline.engine.table import GLOBALS, ParamTable
 
@@ -72,7 +71,7 @@ class ParamSpace:
 
     def fingerprint(self) -> str:
         # llvm-mca's spaces keep their ids: LLVM's own model is fixed by the LLVM version
-        extra = [self.globals, self.model, self.origin, extended.REVISION] if self.model != PLAIN else []
+        extra = [self.globals, self.model, self.origin, mechanisms.REVISION] if self.model != PLAIN else []
         text = json.dumps([self.keys, self.resources, *extra])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -152,7 +151,7 @@ class ParamSpace:
                 chosen = rng.choice(units, size=rng.integers(0, 3), replace=False)
                 m[i, [2 + READ_ADVANCE_SLOTS + c for c in chosen]] = rng.integers(0, 3, len(chosen))
             g = [rng.integers(1, 11), rng.integers(50, 251)]
-            g += [rng.integers(lo, hi + 1) for lo, hi in (EXTENDED_GLOBALS[x].sample for x in self.globals[2:])]
+            g += [rng.integers(lo, hi + 1) for lo, hi in (mechanisms.PARAMETERS[x].sample for x in self.globals[2:])]
             return m, np.array(g, dtype=np.float32)
         # Around the defaults: each value moves by ±1..2 with probability 0.3
         # (ports only where the default has cycles), and a row gains a random
@@ -168,7 +167,7 @@ class ParamSpace:
         m[:, 1] = np.where(m[:, 2 + READ_ADVANCE_SLOTS :].sum(1) > 0, np.maximum(m[:, 1], 1), m[:, 1])
         out = [max(1, g[0] + rng.integers(-2, 3)), max(2, round(g[1] * rng.uniform(0.5, 1.5)))]
         for name, value in zip(self.globals[2:], g[2:]):
-            step = EXTENDED_GLOBALS[name].step
+            step = mechanisms.PARAMETERS[name].step
             moved = value * rng.uniform(0.5, 1.5) if step is None else value + rng.integers(-step, step + 1)
             out.append(int(np.clip(round(moved), *LIMITS[name])))
         return m, np.array(out, dtype=np.float32)

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from difftune_pipeline.engine import extended
+from difftune_pipeline.engine import mechanisms
 from difftune_pipeline.engine.table import GLOBALS
 from difftune_pipeline.model.sampling import PairBatch, PairFile, Pairs, Split
 from difftune_pipeline.surrogates.base import FitConfig, Surrogate
@@ -30,7 +30,7 @@ PAD, UNK = "<PAD>", "<UNK>"
 PARAM_SCALE = 10.0  # parameter values are fed divided by this
 # Globals are fed divided by these (llvm-mca's two, then the extended model's).
 GLOBAL_SCALES = {"dispatch_width": 10.0, "micro_op_buffer_size": 200.0} | {
-    n: g.scale for n, g in extended.GLOBALS.items()
+    n: p.scale for n, p in mechanisms.PARAMETERS.items()
 }
 MAX_TOKENS = 12
 

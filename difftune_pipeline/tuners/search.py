@@ -26,7 +26,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from difftune_pipeline.engine import LIMITS, Engine, ParamTable
+from difftune_pipeline.engine import LIMITS, Engine, ParamTable, mechanisms
 from difftune_pipeline.engine.table import canonical_row
 from difftune_pipeline.tuners.base import FAILED_ERROR, Problem, check_prior, log_scale, sibling_groups
 from difftune_pipeline.tuners.gradient import gradient
@@ -264,13 +264,13 @@ class Search:
         return accepted
 
     def improve_globals(self) -> list[str]:
-        """Each global one step up or down (the reorder buffer and µop queue by 16
-        and 8), judged on every train block while that costs at most a quarter of
+        """Each global one step up or down (the reorder buffer by 16, a mechanism's
+        parameter by its declared ``move``), judged on every train block while that costs at most a quarter of
         the budget (llvm-mca's two globals), else on a random sample that does; the
         best one then goes on stepping the same way, on the same blocks, while
         that pays, and the move is simulated on every block."""
         everything = np.arange(len(self.blocks))
-        step = {"micro_op_buffer_size": 16, "uop_queue_size": 8}
+        step = {"micro_op_buffer_size": 16} | {n: p.move for n, p in mechanisms.PARAMETERS.items()}
         options = [(g, d * step.get(g, 1)) for g in self.globals for d in (-1, 1)]
         candidates = [
             (g, d, {**self.globals, g: self.globals[g] + d})

@@ -8,7 +8,7 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 
-from difftune_pipeline.engine import extended
+from difftune_pipeline.engine import mechanisms
 from difftune_pipeline.engine.table import ParamTable
 from difftune_pipeline.warehouse.connection import Db, connect, insert_new, now, query, scalar
 
@@ -130,4 +130,4 @@ def latest_default_model(db: Db, mcpu: str) -> tuple[str, tuple[str, ...]] | Non
     if rows.is_empty():
         return None
     names = {m.split(":", 1)[1] for m in rows["mechanisms"].to_list()[0] or []}
-    return rows["table_id"][0], tuple(m for m in extended.MECHANISMS if m in names)
+    return rows["table_id"][0], tuple(m for m in mechanisms.MECHANISMS if m in names)

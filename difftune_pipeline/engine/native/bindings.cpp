@@ -43,45 +43,43 @@ dt::Row rowFromDict(nb::handle H) {
   return R;
 }
 
-// The base globals are required; a mechanism of the extended model is on when
-// its flag is, and then every parameter it reads must be given.
+// The base globals are required; a key whose value is a bool is a mechanism of
+// the extended model (on when true), any other an int parameter of one.
 dt::Globals globalsFromDict(nb::dict G) {
   dt::Globals Gl;
-  Gl.dispatch_width = nb::cast<int>(G["dispatch_width"]);
-  Gl.micro_op_buffer_size = nb::cast<int>(G["micro_op_buffer_size"]);
-  auto flag = [&](const char *K) { return G.contains(K) && nb::cast<bool>(G[K]); };
-  Gl.front_end = flag("front_end");
-  Gl.memory = flag("memory");
-  Gl.stack_engine = flag("stack_engine");
-  Gl.move_elimination = flag("move_elimination");
-  Gl.zero_shift = flag("zero_shift");
-  Gl.locked = flag("locked");
-  Gl.bank_conflict = flag("bank_conflict");
-  Gl.partial_register = flag("partial_register");
-  auto get = [&](const char *K, int &V) {
+  for (const char *K : {"dispatch_width", "micro_op_buffer_size"})
     if (!G.contains(K)) throw dt::InvalidTable(std::string("globals: ") + K + " is missing");
-    V = nb::cast<int>(G[K]);
-  };
-  if (Gl.front_end) {
-    get("predecode_bytes", Gl.predecode_bytes);
-    get("predecode_width", Gl.predecode_width);
-    get("decoders", Gl.decoders);
-    get("simple_decoder_uops", Gl.simple_decoder_uops);
-    get("uop_queue_size", Gl.uop_queue_size);
-    get("issue_width", Gl.issue_width);
-    get("lcp_penalty", Gl.lcp_penalty);
+  for (auto [K, V] : G) {
+    const std::string Name = nb::cast<std::string>(K);
+    if (Name == "dispatch_width")
+      Gl.dispatch_width = nb::cast<int>(V);
+    else if (Name == "micro_op_buffer_size")
+      Gl.micro_op_buffer_size = nb::cast<int>(V);
+    else if (nb::isinstance<nb::bool_>(V)) {
+      if (nb::cast<bool>(V)) Gl.mechanisms.push_back(Name);
+    } else
+      Gl.parameters[Name] = nb::cast<int>(V);
   }
-  if (Gl.memory) {
-    get("store_forward_latency", Gl.store_forward_latency);
-    get("alias_4k_penalty", Gl.alias_4k_penalty);
-    get("store_forward_fail_penalty", Gl.store_forward_fail_penalty);
-  }
-  if (Gl.stack_engine) get("stack_sync_uops", Gl.stack_sync_uops);
-  if (Gl.move_elimination) get("moves_eliminated", Gl.moves_eliminated);
-  if (Gl.zero_shift) get("zero_shift_penalty", Gl.zero_shift_penalty);
-  if (Gl.locked) get("lock_penalty", Gl.lock_penalty);
-  if (Gl.bank_conflict) get("bank_conflict_penalty", Gl.bank_conflict_penalty);
   return Gl;
+}
+
+// A CPU generation's facts, as difftune_pipeline.engine.generations gives them.
+dt::Generation generationFromDict(nb::dict D) {
+  dt::Generation G;
+  if (D.contains("name")) G.name = nb::cast<std::string>(D["name"]);
+  if (D.contains("unlaminates_indexed")) G.unlaminates_indexed = nb::cast<bool>(D["unlaminates_indexed"]);
+  if (D.contains("fusible_on_last_decoder"))
+    G.fusible_on_last_decoder = nb::cast<bool>(D["fusible_on_last_decoder"]);
+  if (D.contains("mechanisms"))
+    for (nb::handle H : D["mechanisms"]) {
+      nb::dict M = nb::cast<nb::dict>(H);
+      dt::MechanismSpec Spec;
+      Spec.name = nb::cast<std::string>(M["name"]);
+      Spec.requires_on = nb::cast<std::vector<std::string>>(M["requires"]);
+      Spec.parameters = nb::cast<std::vector<std::tuple<std::string, int, int>>>(M["parameters"]);
+      G.mechanisms.push_back(std::move(Spec));
+    }
+  return G;
 }
 
 }  // namespace
@@ -99,21 +97,6 @@ NB_MODULE(_engine, m) {
   Limits["read_advance"] = nb::make_tuple(L::kReadAdvanceMin, L::kReadAdvanceMax);
   Limits["dispatch_width"] = nb::make_tuple(L::kDispatchWidthMin, L::kDispatchWidthMax);
   Limits["micro_op_buffer_size"] = nb::make_tuple(L::kMicroOpBufferMin, L::kMicroOpBufferMax);
-  Limits["predecode_bytes"] = nb::make_tuple(L::kPredecodeBytesMin, L::kPredecodeBytesMax);
-  Limits["predecode_width"] = nb::make_tuple(L::kPredecodeWidthMin, L::kPredecodeWidthMax);
-  Limits["lcp_penalty"] = nb::make_tuple(L::kLcpPenaltyMin, L::kLcpPenaltyMax);
-  Limits["decoders"] = nb::make_tuple(L::kDecodersMin, L::kDecodersMax);
-  Limits["simple_decoder_uops"] = nb::make_tuple(L::kSimpleDecoderUopsMin, L::kSimpleDecoderUopsMax);
-  Limits["uop_queue_size"] = nb::make_tuple(L::kUopQueueMin, L::kUopQueueMax);
-  Limits["issue_width"] = nb::make_tuple(L::kIssueWidthMin, L::kIssueWidthMax);
-  Limits["store_forward_latency"] = nb::make_tuple(L::kMemoryLatencyMin, L::kMemoryLatencyMax);
-  Limits["alias_4k_penalty"] = nb::make_tuple(L::kMemoryLatencyMin, L::kMemoryLatencyMax);
-  Limits["store_forward_fail_penalty"] = nb::make_tuple(L::kMemoryLatencyMin, L::kMemoryLatencyMax);
-  Limits["stack_sync_uops"] = nb::make_tuple(L::kStackSyncUopsMin, L::kStackSyncUopsMax);
-  Limits["moves_eliminated"] = nb::make_tuple(L::kMovesEliminatedMin, L::kMovesEliminatedMax);
-  Limits["zero_shift_penalty"] = nb::make_tuple(L::kZeroShiftPenaltyMin, L::kZeroShiftPenaltyMax);
-  Limits["lock_penalty"] = nb::make_tuple(L::kLockPenaltyMin, L::kLockPenaltyMax);
-  Limits["bank_conflict_penalty"] = nb::make_tuple(L::kBankConflictPenaltyMin, L::kBankConflictPenaltyMax);
   m.attr("LIMITS") = Limits;
   m.def("known_cpus", &dt::knownCpus, "x86 CPUs whose LLVM model has per-instruction scheduling data");
   m.def("eliminable_moves", &dt::eliminableMoves, "the move opcodes that move elimination may rename away");
@@ -165,7 +148,12 @@ NB_MODULE(_engine, m) {
   nb::class_<dt::Table>(m, "CompiledTable");
 
   nb::class_<dt::Engine>(m, "Engine")
-      .def(nb::init<const std::string &>(), "mcpu"_a)
+      .def(
+          "__init__",
+          [](dt::Engine *Self, const std::string &Mcpu, nb::dict Generation) {
+            new (Self) dt::Engine(Mcpu, generationFromDict(Generation));
+          },
+          "mcpu"_a, "generation"_a = nb::dict())
       .def_prop_ro("mcpu", &dt::Engine::mcpu)
       .def("disassemble", &dt::Engine::disassemble, "hex"_a)
       .def(

@@ -86,17 +86,6 @@ void indexResourcesAndOpcodes(EngineImpl &E) {
   }
 }
 
-// The CPUs whose front end follows the rules of Intel's optimization manual
-// (Sandy Bridge: 2.3.2; Haswell: 2.4.2 and 2.3.2, unchanged through Skylake: 2.2.2).
-EngineImpl::Family familyOf(const std::string &Mcpu) {
-  for (const char *C : {"sandybridge", "ivybridge", "corei7-avx", "core-avx-i"})
-    if (Mcpu == C) return EngineImpl::Family::SandyBridge;
-  for (const char *C : {"haswell", "core-avx2", "broadwell", "skylake", "skylake-avx512", "cascadelake"})
-    if (Mcpu == C) return EngineImpl::Family::Haswell;
-  if (Mcpu == "znver1") return EngineImpl::Family::Zen;
-  return EngineImpl::Family::None;
-}
-
 }  // namespace
 
 std::vector<std::string> knownCpus() {
@@ -107,13 +96,12 @@ std::vector<std::string> knownCpus() {
   return Names;
 }
 
-Engine::Engine(const std::string &mcpu) : impl_(std::make_shared<EngineImpl>()) {
+Engine::Engine(const std::string &mcpu, Generation generation) : impl_(std::make_shared<EngineImpl>()) {
   impl_->Mcpu = mcpu;
   createMCObjects(*impl_, mcpu);
   locateTables(*impl_);
   indexResourcesAndOpcodes(*impl_);
-  impl_->Gen = familyOf(mcpu);
-  impl_->FusibleOnLastDecoder = mcpu == "skylake" || mcpu == "skylake-avx512" || mcpu == "cascadelake";
+  impl_->Gen = std::move(generation);
 }
 
 Engine::~Engine() = default;

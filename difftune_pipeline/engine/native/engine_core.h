@@ -6,7 +6,9 @@
 // see LLVM's (RTTI-less) polymorphic types.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -34,32 +36,43 @@ struct Row {
   std::vector<std::pair<std::string, int>> ports;
 };
 
+// A mechanism of the extended model as the engine's CPU generation has it:
+// the mechanisms it needs on, and its parameters with their valid ranges
+// (declared once, in difftune_pipeline/engine/mechanisms.py).
+struct MechanismSpec {
+  std::string name;
+  std::vector<std::string> requires_on;
+  std::vector<std::tuple<std::string, int, int>> parameters;  // (name, min, max)
+};
+
+// The facts of a CPU generation the engine's mechanisms read (from
+// difftune_pipeline/engine/generations.py): none for a CPU without one, whose
+// tables run llvm-mca's own pipeline only.
+struct Generation {
+  std::string name;
+  std::vector<MechanismSpec> mechanisms;
+  bool unlaminates_indexed = false;      // micro-fusion never keeps an indexed memory operand fused
+  bool fusible_on_last_decoder = false;  // a macro-fusible instruction may take the last decoder
+  const MechanismSpec *find(const std::string &Mechanism) const {
+    for (const MechanismSpec &M : mechanisms)
+      if (M.name == Mechanism) return &M;
+    return nullptr;
+  }
+};
+
 struct Globals {
   int dispatch_width = 0;
   int micro_op_buffer_size = 0;
-  // The extended model's mechanisms (all off: llvm-mca's own pipeline). A
-  // mechanism's parameters are read only when it is on.
-  bool front_end = false, memory = false, stack_engine = false, move_elimination = false, zero_shift = false,
-       locked = false, bank_conflict = false, partial_register = false;
-  int predecode_bytes = 0;       // the aligned block of instruction bytes the predecoder works through
-  int predecode_width = 0;       // instructions it marks per cycle
-  int decoders = 0;              // instructions decoded per cycle
-  int simple_decoder_uops = 0;   // fused µops a decoder other than the first can emit
-  int uop_queue_size = 0;        // fused µops between decode and rename
-  int issue_width = 0;           // fused µops renamed per cycle
-  int lcp_penalty = 0;           // cycles the predecoder stalls on a length-changing prefix (66h and an imm16)
-  int store_forward_latency = 0; // cycles after a store executes before a load it feeds may issue
-  int alias_4k_penalty = 0;      // the same, for a load that only 4K-aliases the store
-  int store_forward_fail_penalty = 0;  // cycles after a store retires before a load it cannot forward to may issue
-  int stack_sync_uops = 0;       // µops syncing RSP before an explicit use: issue slots, 1 cycle each on RSP
-  int moves_eliminated = 0;      // register moves renamed away per cycle
-  int zero_shift_penalty = 0;    // cycles of the assist before a flags read after a zero-count shift (Zen+)
-  int lock_penalty = 0;          // cycles a locked instruction waits once every older one has retired (Intel)
-  int bank_conflict_penalty = 0; // cycles a load waits after an older one of the same L1 bank issues (Sandy Bridge)
-  bool any() const {
-    return front_end || memory || stack_engine || move_elimination || zero_shift || locked || bank_conflict ||
-           partial_register;
+  // The extended model's mechanisms that are on (none: llvm-mca's own
+  // pipeline), and their parameters.
+  std::vector<std::string> mechanisms;
+  std::map<std::string, int> parameters;
+  bool on(const std::string &Mechanism) const {
+    return std::find(mechanisms.begin(), mechanisms.end(), Mechanism) != mechanisms.end();
   }
+  bool any() const { return !mechanisms.empty(); }
+  // A parameter of a mechanism that is on (compile() checked it is there).
+  int param(const std::string &Name) const { return parameters.at(Name); }
 };
 
 // One memory access of one instruction in one iteration of a block (what a
@@ -166,7 +179,8 @@ class InvalidTable : public std::invalid_argument {
 struct EngineImpl;
 class Engine {
  public:
-  explicit Engine(const std::string &mcpu);
+  // `generation`: the facts of the CPU's generation (an empty one: llvm-mca only).
+  Engine(const std::string &mcpu, Generation generation);
   ~Engine();
   const std::string &mcpu() const;
 
@@ -215,19 +229,6 @@ struct Limits {
   static constexpr int kReadAdvanceMin = -1000, kReadAdvanceMax = 1000;
   static constexpr int kDispatchWidthMin = 1, kDispatchWidthMax = 1000;
   static constexpr int kMicroOpBufferMin = 2, kMicroOpBufferMax = 100000;
-  static constexpr int kPredecodeBytesMin = 1, kPredecodeBytesMax = 64;
-  static constexpr int kPredecodeWidthMin = 1, kPredecodeWidthMax = 16;
-  static constexpr int kDecodersMin = 1, kDecodersMax = 16;
-  static constexpr int kSimpleDecoderUopsMin = 1, kSimpleDecoderUopsMax = 16;
-  static constexpr int kUopQueueMin = 1, kUopQueueMax = 1024;
-  static constexpr int kIssueWidthMin = 1, kIssueWidthMax = 64;
-  static constexpr int kLcpPenaltyMin = 0, kLcpPenaltyMax = 100;
-  static constexpr int kMemoryLatencyMin = 0, kMemoryLatencyMax = 100;
-  static constexpr int kStackSyncUopsMin = 0, kStackSyncUopsMax = 16;
-  static constexpr int kMovesEliminatedMin = 1, kMovesEliminatedMax = 16;
-  static constexpr int kZeroShiftPenaltyMin = 0, kZeroShiftPenaltyMax = 1000;
-  static constexpr int kLockPenaltyMin = 0, kLockPenaltyMax = 1000;
-  static constexpr int kBankConflictPenaltyMin = 0, kBankConflictPenaltyMax = 8;
 };
 
 // The x86 CPUs whose LLVM model has per-instruction scheduling data (the ones an Engine accepts).

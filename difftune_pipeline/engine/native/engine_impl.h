@@ -117,11 +117,7 @@ struct EngineImpl {
     return A != B && (N & ResMask[B]) == N;
   }
   std::string printInst(const llvm::MCInst &MI);  // one line, leading blanks dropped
-  // The core generation whose rules apply to this CPU (extended model): Intel's
-  // front end, or AMD Zen+ (no front-end rules; its zero-count shift).
-  enum class Family { None, SandyBridge, Haswell, Zen };
-  Family Gen = Family::None;
-  bool FusibleOnLastDecoder = false;  // Skylake on: a fusible instruction may take the last decoder
+  Generation Gen;  // the facts of the CPU's generation that the extended model's mechanisms read
   llvm::MCRegister RSP;  // the stack pointer (the stack engine's register)
   llvm::SmallVector<llvm::MCRegister, 16> Gpr64;  // RAX to R15 (partial-register writes)
 };

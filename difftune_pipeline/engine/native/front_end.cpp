@@ -73,7 +73,7 @@ bool fusesWith(const EngineImpl &E, const MCInst &First, const MCInst &Jcc) {
 
 // Fused-domain µops of an instruction of `Uops` unfused µops: a load and the
 // operation on it issue as one, as do a store's address and data (micro-fusion).
-// Sandy/Ivy Bridge unlaminate every indexed memory operand; Haswell on keeps
+// Sandy/Ivy Bridge unlaminate every indexed memory operand (unlaminates_indexed); Haswell on keeps
 // indexed ones fused only when the destination is also a source (two operands).
 unsigned fusedUops(const EngineImpl &E, const MCInst &MI, unsigned Uops) {
   const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
@@ -81,7 +81,7 @@ unsigned fusedUops(const EngineImpl &E, const MCInst &MI, unsigned Uops) {
   if (!M.Present || Uops < 2) return Uops;
   if (M.Indexed) {
     const bool TwoOperand = D.getNumDefs() && D.getOperandConstraint(D.getNumDefs(), MCOI::TIED_TO) == 0;
-    if (E.Gen == EngineImpl::Family::SandyBridge || !TwoOperand) return Uops;
+    if (E.Gen.unlaminates_indexed || !TwoOperand) return Uops;
   }
   unsigned Fused = Uops;
   if (D.mayLoad() && Fused >= 2) --Fused;
@@ -101,6 +101,14 @@ bool lengthChanging(const EngineImpl &E, const MCInst &MI) {
 
 }  // namespace
 
+FrontEndParams frontEndParams(const Globals &G, const MCSchedModel &SM) {
+  constexpr unsigned Unlimited = 1u << 20;
+  if (!G.on("front_end")) return {Unlimited, Unlimited, Unlimited, Unlimited, SM.IssueWidth, SM.IssueWidth, 0, false};
+  auto P = [&](const char *Name) { return (unsigned)G.param(Name); };
+  return {P("predecode_bytes"), P("predecode_width"), P("decoders"),   P("simple_decoder_uops"),
+          P("uop_queue_size"),  P("issue_width"),     P("lcp_penalty"), true};
+}
+
 std::vector<FrontEndInstr> frontEndFacts(const EngineImpl &E, const BlockImpl &B,
                                          const SmallVectorImpl<std::unique_ptr<mca::Instruction>> &Lowered,
                                          bool Fusion) {
@@ -110,7 +118,7 @@ std::vector<FrontEndInstr> frontEndFacts(const EngineImpl &E, const BlockImpl &B
     const unsigned Uops = Lowered[I]->getNumMicroOps();
     Out[I].Fused = Fusion ? fusedUops(E, B.Insts[I], Uops) : Uops;
     Out[I].LengthChanging = Fusion && lengthChanging(E, B.Insts[I]);
-    Out[I].NotLastDecoder = Fusion && !E.FusibleOnLastDecoder && !fusibleKind(E, B.Insts[I]).empty();
+    Out[I].NotLastDecoder = Fusion && !E.Gen.fusible_on_last_decoder && !fusibleKind(E, B.Insts[I]).empty();
   }
   if (Fusion)
     for (size_t I = 0; I + 1 < Out.size(); ++I)

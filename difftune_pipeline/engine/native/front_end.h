@@ -35,6 +35,11 @@ struct FrontEndParams {
 
 class MemoryUnit;
 
+// The front end a table describes: its front_end parameters when the mechanism
+// is on; otherwise one that only issues (stack sync µops included) at the
+// dispatch width, holding at most a dispatch group.
+FrontEndParams frontEndParams(const Globals &G, const llvm::MCSchedModel &SM);
+
 // Per-instruction facts of B under the table whose instructions are `Lowered`.
 // Fusion applies only when `Fusion` (the front-end mechanism) is on.
 std::vector<FrontEndInstr> frontEndFacts(const EngineImpl &E, const BlockImpl &B,

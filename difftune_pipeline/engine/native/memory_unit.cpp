@@ -5,6 +5,12 @@
 using namespace llvm;
 
 namespace dt {
+
+MemoryUnit::MemoryUnit(const MCSchedModel &SM, const MemoryMap &Map, unsigned BlockSize, const Globals &G)
+    : LSUnitBase(SM, 0, 0, /*AssumeNoAlias=*/true), Map(Map), BlockSize(BlockSize),
+      ForwardDelay(G.param("store_forward_latency")), AliasDelay(G.param("alias_4k_penalty")),
+      FailDelay(G.param("store_forward_fail_penalty")),
+      BankDelay(G.on("bank_conflict") ? G.param("bank_conflict_penalty") : 0) {}
 namespace {
 
 bool overlap(uint64_t A, int ASize, uint64_t B, int BSize) { return A < B + BSize && B < A + ASize; }

@@ -64,10 +64,8 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
   void schedule(unsigned Group, unsigned Delay, unsigned SourceIndex);
 
  public:
-  MemoryUnit(const llvm::MCSchedModel &SM, const MemoryMap &Map, unsigned BlockSize,
-             unsigned ForwardDelay, unsigned AliasDelay, unsigned FailDelay, unsigned BankDelay)
-      : LSUnitBase(SM, 0, 0, /*AssumeNoAlias=*/true), Map(Map), BlockSize(BlockSize),
-        ForwardDelay(ForwardDelay), AliasDelay(AliasDelay), FailDelay(FailDelay), BankDelay(BankDelay) {}
+  // The delays are the table's memory parameters (and bank_conflict's, 0 when it is off).
+  MemoryUnit(const llvm::MCSchedModel &SM, const MemoryMap &Map, unsigned BlockSize, const Globals &G);
   Status isAvailable(const llvm::mca::InstRef &IR) const override;
   unsigned dispatch(const llvm::mca::InstRef &IR) override;
   void onInstructionIssued(const llvm::mca::InstRef &IR) override;

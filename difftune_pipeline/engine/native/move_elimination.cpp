@@ -28,7 +28,8 @@ const char *const kClasses[] = {"GR32", "GR64", "VR128", "VR256", "FR32", "FR64"
 
 std::vector<std::string> eliminableMoves() { return {moveOpcodes().begin(), moveOpcodes().end()}; }
 
-void describeMoveElimination(const EngineImpl &E, unsigned PerCycle, TableImpl &T) {
+void describeMoveElimination(const EngineImpl &E, const Globals &G, TableImpl &T) {
+  const unsigned PerCycle = G.param("moves_eliminated");
   T.CostTable.clear();
   for (unsigned C = 0; C < E.MRI->getNumRegClasses(); ++C) {
     const std::string Name = E.MRI->getRegClassName(&E.MRI->getRegClass(C));

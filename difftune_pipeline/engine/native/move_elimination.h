@@ -12,8 +12,8 @@
 namespace dt {
 
 // The table's register file: general-purpose and vector registers whose moves
-// may be eliminated, `PerCycle` a cycle.
-void describeMoveElimination(const EngineImpl &E, unsigned PerCycle, TableImpl &T);
+// may be eliminated, the table's moves_eliminated a cycle.
+void describeMoveElimination(const EngineImpl &E, const Globals &G, TableImpl &T);
 
 // Marks B's register-to-register moves (between different registers) as candidates.
 void markEliminableMoves(const EngineImpl &E, const BlockImpl &B,

@@ -81,4 +81,15 @@ std::vector<bool> lockedInstructions(const EngineImpl &E, const BlockImpl &B) {
   return Out;
 }
 
+std::vector<int> serialisingDrains(const EngineImpl &E, const BlockImpl &B, const Globals &G) {
+  std::vector<int> Out(B.Insts.size(), -1);
+  auto add = [&](const std::vector<bool> &Which, int Cycles) {
+    for (size_t I = 0; I < Which.size(); ++I)
+      if (Which[I]) Out[I] = std::max(Out[I], 0) + Cycles;
+  };
+  if (G.on("zero_shift")) add(zeroShiftAssists(E, B, B.Memory && B.Memory->Exact), G.param("zero_shift_penalty"));
+  if (G.on("locked")) add(lockedInstructions(E, B), G.param("lock_penalty"));
+  return Out;
+}
+
 }  // namespace dt

@@ -32,5 +32,9 @@ std::vector<bool> zeroShiftAssists(const EngineImpl &E, const BlockImpl &B, bool
 // prefixes, or a LOCK_PREFIX instruction just before it (as LLVM disassembles
 // one), or an xchg with a memory operand.
 std::vector<bool> lockedInstructions(const EngineImpl &E, const BlockImpl &B);
+// Per instruction, the cycles it waits once every older instruction has retired
+// under the serialising mechanisms that are on (zero_shift, locked), summed; -1
+// where it does not wait.
+std::vector<int> serialisingDrains(const EngineImpl &E, const BlockImpl &B, const Globals &G);
 
 }  // namespace dt

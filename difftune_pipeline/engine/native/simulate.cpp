@@ -108,26 +108,15 @@ std::unique_ptr<mca::Pipeline> extendedPipeline(mca::Context &Ctx, const MCSubta
   auto PRF = std::make_unique<mca::RegisterFile>(SM, MRI, 0);
   std::unique_ptr<mca::LSUnitBase> LSU;
   const MemoryUnit *Memory = nullptr;
-  if (G.memory && B.Memory) {
-    auto M = std::make_unique<MemoryUnit>(SM, *B.Memory, B.Insts.size(), G.store_forward_latency,
-                                          G.alias_4k_penalty, G.store_forward_fail_penalty,
-                                          G.bank_conflict ? G.bank_conflict_penalty : 0);
+  if (G.on("memory") && B.Memory) {
+    auto M = std::make_unique<MemoryUnit>(SM, *B.Memory, B.Insts.size(), G);
     Memory = M.get();
     LSU = std::move(M);
   } else {
     LSU = std::make_unique<mca::LSUnit>(SM, 0, 0, /*AssumeNoAlias=*/true);
   }
   auto HWS = std::make_unique<mca::Scheduler>(SM, *LSU);
-  // Without the front-end mechanism the front end only issues (stack sync µops
-  // included) at the dispatch width, holding at most a dispatch group.
-  constexpr unsigned Unlimited = 1u << 20;
-  const FrontEndParams P =
-      G.front_end ? FrontEndParams{(unsigned)G.predecode_bytes,   (unsigned)G.predecode_width,
-                                   (unsigned)G.decoders,         (unsigned)G.simple_decoder_uops,
-                                   (unsigned)G.uop_queue_size,   (unsigned)G.issue_width,
-                                   (unsigned)G.lcp_penalty,      true}
-                  : FrontEndParams{Unlimited, Unlimited, Unlimited, Unlimited, SM.IssueWidth,
-                                   SM.IssueWidth, 0, false};
+  const FrontEndParams P = frontEndParams(G, SM);
   auto P0 = std::make_unique<mca::Pipeline>();
   P0->appendStage(std::make_unique<FrontEndStage>(S, std::move(Facts), P, Memory));
   P0->appendStage(std::make_unique<mca::DispatchStage>(STI, MRI, 0, *RCU, *PRF));
@@ -160,23 +149,19 @@ Simulated simulateOne(const EngineImpl &E, const BlockImpl &B, const TableImpl &
   std::vector<std::unique_ptr<mca::WriteDescriptor>> SyncedWrites;  // outlive the pipeline below
   std::vector<std::unique_ptr<mca::ReadDescriptor>> MergeReads;     // the same
   if (Extended) {
-    const std::vector<bool> Sync =
-        G.stack_engine ? applyStackEngine(E, B, Lowered, G.stack_sync_uops, SyncedWrites) : std::vector<bool>();
-    Facts = frontEndFacts(E, B, Lowered, G.front_end);
-    if (G.move_elimination) markEliminableMoves(E, B, Lowered);
-    if (G.partial_register) mergePartialWrites(E, Lowered, MergeReads);
-    for (size_t I = 0; I < Sync.size(); ++I)
-      if (Sync[I]) Facts[I].SyncUops = G.stack_sync_uops;
-    auto drains = [&](const std::vector<bool> &Which, int Cycles) {
-      for (size_t I = 0; I < Which.size(); ++I)
-        if (Which[I]) {
-          Facts[I].Drain = true;
-          Facts[I].DrainCycles += (unsigned)Cycles;
-        }
-    };
-    if (G.zero_shift) drains(zeroShiftAssists(E, B, B.Memory && B.Memory->Exact), G.zero_shift_penalty);
-    if (G.locked) {
-      drains(lockedInstructions(E, B), G.lock_penalty);
+    const std::vector<unsigned> Sync = G.on("stack_engine") ? applyStackEngine(E, B, Lowered, G, SyncedWrites)
+                                                            : std::vector<unsigned>();
+    Facts = frontEndFacts(E, B, Lowered, G.on("front_end"));
+    if (G.on("move_elimination")) markEliminableMoves(E, B, Lowered);
+    if (G.on("partial_register")) mergePartialWrites(E, Lowered, MergeReads);
+    for (size_t I = 0; I < Sync.size(); ++I) Facts[I].SyncUops = Sync[I];
+    const std::vector<int> Drains = serialisingDrains(E, B, G);
+    for (size_t I = 0; I < Drains.size(); ++I)
+      if (Drains[I] >= 0) {
+        Facts[I].Drain = true;
+        Facts[I].DrainCycles += (unsigned)Drains[I];
+      }
+    if (G.on("locked")) {
       // A prefix LLVM disassembles as an instruction of its own (LOCK_PREFIX, a
       // 100-cycle row) is part of the locked instruction after it: no execution.
       for (size_t I = 0; I < B.Insts.size(); ++I)

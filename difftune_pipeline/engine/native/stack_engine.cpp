@@ -32,9 +32,11 @@ bool isStackOp(const EngineImpl &E, const MCInst &MI) {
   return Has(D.implicit_uses()) && Has(D.implicit_defs());
 }
 
-std::vector<bool> applyStackEngine(const EngineImpl &E, const BlockImpl &B,
-                                   SmallVectorImpl<std::unique_ptr<mca::Instruction>> &Lowered,
-                                   unsigned SyncUops, std::vector<std::unique_ptr<mca::WriteDescriptor>> &Owned) {
+std::vector<unsigned> applyStackEngine(const EngineImpl &E, const BlockImpl &B,
+                                       SmallVectorImpl<std::unique_ptr<mca::Instruction>> &Lowered,
+                                       const Globals &G,
+                                       std::vector<std::unique_ptr<mca::WriteDescriptor>> &Owned) {
+  const unsigned SyncUops = G.param("stack_sync_uops");
   const size_t N = B.Insts.size();
   std::vector<bool> Stack(N), Explicit(N), Sync(N);
   for (size_t I = 0; I < N; ++I) {
@@ -77,7 +79,9 @@ std::vector<bool> applyStackEngine(const EngineImpl &E, const BlockImpl &B,
       W = mca::WriteState(*Owned.back(), W.getRegisterID(), W.clearsSuperRegisters(), W.isWriteZero());
     }
   }
-  return Sync;
+  std::vector<unsigned> Out(N);
+  for (size_t I = 0; I < N; ++I) Out[I] = Sync[I] ? SyncUops : 0;
+  return Out;
 }
 
 }  // namespace dt

@@ -15,14 +15,15 @@ namespace dt {
 bool isStackOp(const EngineImpl &E, const llvm::MCInst &MI);
 
 // Drops the RSP reads and writes of B's stack operations from their lowered
-// instructions; returns which instructions need a sync µop before them (an
-// explicit use of RSP with a stack operation since the previous one, around the
-// loop). The sync µops (one cycle each) sit in the RSP chain: an instruction that
-// needs them and writes RSP itself writes it SyncUops cycles later. The longer
-// writes' descriptors are kept in Owned, which must outlive the simulation.
-std::vector<bool> applyStackEngine(const EngineImpl &E, const BlockImpl &B,
-                                   llvm::SmallVectorImpl<std::unique_ptr<llvm::mca::Instruction>> &Lowered,
-                                   unsigned SyncUops,
-                                   std::vector<std::unique_ptr<llvm::mca::WriteDescriptor>> &Owned);
+// instructions; returns the sync µops (the table's stack_sync_uops) each
+// instruction needs before it: an explicit use of RSP with a stack operation
+// since the previous one, around the loop. The sync µops (one cycle each) sit in
+// the RSP chain: an instruction that needs them and writes RSP itself writes it
+// that many cycles later. The longer writes' descriptors are kept in Owned,
+// which must outlive the simulation.
+std::vector<unsigned> applyStackEngine(const EngineImpl &E, const BlockImpl &B,
+                                       llvm::SmallVectorImpl<std::unique_ptr<llvm::mca::Instruction>> &Lowered,
+                                       const Globals &G,
+                                       std::vector<std::unique_ptr<llvm::mca::WriteDescriptor>> &Owned);
 
 }  // namespace dt

@@ -47,57 +47,29 @@ void applyGlobals(const EngineImpl &E, const Globals &G, const Globals &Default,
   if (G.micro_op_buffer_size != Default.micro_op_buffer_size)
     checkRange("globals", "micro_op_buffer_size", G.micro_op_buffer_size,
                Limits::kMicroOpBufferMin, Limits::kMicroOpBufferMax);
-  if (G.any() && E.Gen == EngineImpl::Family::None)
-    invalid("globals", "the extended model has no rules for " + E.Mcpu +
-                           " (Intel Sandy Bridge to Skylake, AMD Zen+)");
-  if ((G.front_end || G.move_elimination || G.locked || G.partial_register) && E.Gen == EngineImpl::Family::Zen)
-    invalid("globals", std::string(G.front_end ? "front_end"
-                                   : G.locked  ? "locked"
-                                   : G.move_elimination ? "move_elimination"
-                                                        : "partial_register") +
-                           " follows Intel's rules: not a mechanism of " + E.Mcpu);
-  if (G.zero_shift && E.Gen != EngineImpl::Family::Zen)
-    invalid("globals", "zero_shift is AMD Zen+'s: not a mechanism of " + E.Mcpu);
-  if (G.bank_conflict && E.Gen != EngineImpl::Family::SandyBridge)
-    invalid("globals", "bank_conflict is Sandy and Ivy Bridge's: not a mechanism of " + E.Mcpu);
-  if (G.bank_conflict && !G.memory)
-    invalid("globals", "bank_conflict needs memory: it reads the addresses the memory mechanism is given");
-  if (G.front_end) {
-    checkRange("globals", "predecode_bytes", G.predecode_bytes, Limits::kPredecodeBytesMin,
-               Limits::kPredecodeBytesMax);
-    checkRange("globals", "decoders", G.decoders, Limits::kDecodersMin, Limits::kDecodersMax);
-    checkRange("globals", "simple_decoder_uops", G.simple_decoder_uops,
-               Limits::kSimpleDecoderUopsMin, Limits::kSimpleDecoderUopsMax);
-    checkRange("globals", "predecode_width", G.predecode_width, Limits::kPredecodeWidthMin,
-               Limits::kPredecodeWidthMax);
-    checkRange("globals", "uop_queue_size", G.uop_queue_size, Limits::kUopQueueMin,
-               Limits::kUopQueueMax);
-    checkRange("globals", "issue_width", G.issue_width, Limits::kIssueWidthMin,
-               Limits::kIssueWidthMax);
-    checkRange("globals", "lcp_penalty", G.lcp_penalty, Limits::kLcpPenaltyMin, Limits::kLcpPenaltyMax);
+  if (G.any() && E.Gen.mechanisms.empty())
+    invalid("globals", "the extended model has no rules for " + E.Mcpu);
+  for (const std::string &M : G.mechanisms) {
+    const MechanismSpec *Spec = E.Gen.find(M);
+    if (!Spec) {
+      std::string Own;
+      for (const MechanismSpec &X : E.Gen.mechanisms) Own += (Own.empty() ? "" : ", ") + X.name;
+      invalid("globals", M + " is not a mechanism of " + E.Mcpu + " (" + E.Gen.name + "): one of " + Own);
+    }
+    for (const std::string &R : Spec->requires_on)
+      if (!G.on(R)) invalid("globals", M + " needs " + R + " on");
+    for (const auto &[P, Lo, Hi] : Spec->parameters) {
+      auto It = G.parameters.find(P);
+      if (It == G.parameters.end()) invalid("globals", P + " is missing (a parameter of " + M + ")");
+      checkRange("globals", P, It->second, Lo, Hi);
+    }
   }
-  if (G.memory) {
-    checkRange("globals", "store_forward_latency", G.store_forward_latency,
-               Limits::kMemoryLatencyMin, Limits::kMemoryLatencyMax);
-    checkRange("globals", "alias_4k_penalty", G.alias_4k_penalty, Limits::kMemoryLatencyMin,
-               Limits::kMemoryLatencyMax);
-    checkRange("globals", "store_forward_fail_penalty", G.store_forward_fail_penalty, Limits::kMemoryLatencyMin,
-               Limits::kMemoryLatencyMax);
+  for (const auto &[P, V] : G.parameters) {
+    bool Known = false;
+    for (const std::string &M : G.mechanisms)
+      for (const auto &Declared : E.Gen.find(M)->parameters) Known |= std::get<0>(Declared) == P;
+    if (!Known) invalid("globals", P + " is not a parameter of the mechanisms that are on");
   }
-  if (G.stack_engine)
-    checkRange("globals", "stack_sync_uops", G.stack_sync_uops, Limits::kStackSyncUopsMin,
-               Limits::kStackSyncUopsMax);
-  if (G.zero_shift)
-    checkRange("globals", "zero_shift_penalty", G.zero_shift_penalty, Limits::kZeroShiftPenaltyMin,
-               Limits::kZeroShiftPenaltyMax);
-  if (G.locked)
-    checkRange("globals", "lock_penalty", G.lock_penalty, Limits::kLockPenaltyMin, Limits::kLockPenaltyMax);
-  if (G.bank_conflict)
-    checkRange("globals", "bank_conflict_penalty", G.bank_conflict_penalty, Limits::kBankConflictPenaltyMin,
-               Limits::kBankConflictPenaltyMax);
-  if (G.move_elimination)
-    checkRange("globals", "moves_eliminated", G.moves_eliminated, Limits::kMovesEliminatedMin,
-               Limits::kMovesEliminatedMax);
   T.G = G;
   T.SM = *E.SM;
   T.SM.IssueWidth = G.dispatch_width;
@@ -109,7 +81,7 @@ void applyGlobals(const EngineImpl &E, const Globals &G, const Globals &Default,
       T.EPI.ReorderBufferSize = G.micro_op_buffer_size;
     T.SM.ExtraProcessorInfo = &T.EPI;
   }
-  if (G.move_elimination) describeMoveElimination(E, G.moves_eliminated, T);
+  if (G.on("move_elimination")) describeMoveElimination(E, G, T);
 }
 
 // The CPU's tables, plus a clone of every class: class C + NumClasses is what

@@ -1,0 +1,161 @@
+"""The extended model's mechanisms and their parameters, declared once: the
+engine's checks, the tables' documents, the samplers and the surrogates all
+read them from here.
+
+- ``front_end``: a predecoder of aligned blocks and a number of instructions a
+  cycle, decoders (one complex; before Skylake not the last for a fusible instruction), the µop
+  queue and the issue width, macro-fusion (cmp/test+jcc) and micro-fusion, and
+  the predecoder's stall on a length-changing prefix (66h with a 16-bit immediate).
+- ``memory``: a load waits for the youngest older store to its bytes (plus a
+  store-to-load forwarding latency) or for one whose address it 4K-aliases (a penalty),
+  at the addresses a harness model gives (see ``difftune_pipeline.harness``).
+- ``stack_engine``: push and pop leave no dependency chain through RSP, and
+  push/pop/call/ret no µop to update it; an explicit use of RSP after them costs
+  a sync µop, which also sits in the RSP chain (one cycle each).
+- ``move_elimination``: register-to-register moves are renamed away (no µop,
+  no latency), a limited number a cycle.
+- ``locked`` (Intel): a locked instruction (a lock prefix, or xchg with memory)
+  issues once every older instruction has retired, and a number of cycles later.
+- ``zero_shift`` (AMD Zen+): an instruction that reads the flags a zero-count
+  shift or rotate left waits, once every older instruction has retired, for an
+  assist of a number of cycles.
+- ``partial_register`` (Intel): an instruction that writes the low 8 or 16 bits
+  of a general-purpose register without reading them (``movb $1, %al``,
+  ``sete %al``; not a load, not a zero idiom) waits for the full register, as it
+  merges into it.
+- ``bank_conflict`` (Sandy and Ivy Bridge): two loads that read one bank of the
+  L1 data cache (address bits 2-5) in different sets do not issue in one cycle:
+  the younger waits a number of cycles after the older issues (with ``memory``,
+  at the addresses a harness model gives).
+
+A mechanism's parameters are globals of the table. Each is declared with its
+default, the defaults of the generations that differ (``by_generation``, keyed by
+``generations.Generation.name``), the range the engine accepts, and how the
+samplers draw it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One global of a mechanism: its default (``by_generation`` overrides it per
+    CPU generation), the range the engine accepts (``limits``), how the sampling
+    presets draw it (DiffTune's uniform preset from ``sample``; the perturbing one
+    by up to ``step``, or times 0.5..1.5 when ``step`` is None), the scale the
+    LSTM surrogate divides it by, and the coordinate search's step (``move``)."""
+
+    mechanism: str
+    default: int
+    limits: tuple[int, int]
+    sample: tuple[int, int]
+    step: int | None
+    scale: float
+    by_generation: tuple[tuple[str, int], ...] = ()
+    move: int = 1
+
+    def default_for(self, generation: str) -> int:
+        return dict(self.by_generation).get(generation, self.default)
+
+
+# Sources of the defaults. Intel 64 and IA-32 Architectures Optimization
+# Reference Manual (248966), the sections on each generation's front end
+# ("legacy decode pipeline"): 16 bytes predecoded per cycle, four decoders of
+# which only the first decodes instructions of more than one µop, four fused
+# µops renamed per cycle; the decoded-µop queue (IDQ) holds 56 µops (Sandy
+# Bridge, Ivy Bridge with one thread, Haswell) or 64 (Skylake). A length-changing
+# prefix stalls the predecoder 3 cycles (same manual, "Length-Changing Prefixes
+# (LCP)", Sandy Bridge on; BHive measures a lone `cmpw $1024, %si` at 3.3 cycles
+# an iteration on Haswell, Ivy Bridge and Skylake).
+# The predecoder works through aligned 16-byte blocks and marks at most 5
+# instructions a cycle, and before Skylake an instruction that a jcc could fuse
+# with avoids the last decoder (Abel and Reineke, "uiCA: Accurate Throughput
+# Prediction of Basic Blocks on Recent Intel Microarchitectures", ICS 2022, whose
+# simulator runs BHive's unrolled blocks through the legacy decoders): BHive
+# measures `cmpl $31, %eax` at 0.37 cycles an iteration on Haswell, 16 such
+# instructions taking 6 predecode cycles. Skylake marks 6 a cycle here: on blocks
+# 1000-3999 of BHive's Skylake file, LLVM's values under the extended model score
+# 10.19% MAPE with 6 and 10.78% with 5 (Haswell: 7.80% with 5 and 8.02% with 6).
+# Memory: a load fed by a store gets its data about as late as its own load
+# latency (Agner Fog, "The microarchitecture of Intel, AMD and VIA CPUs",
+# "store forwarding": ~5 cycles on these cores), so no extra cycles by default;
+# a failed forward costs about 10-12 cycles more (same guide); a 4K-aliasing
+# load is reissued about 5 cycles later (the Optimization Manual, "4K aliasing").
+# Stack engine: one sync µop, an ALU operation of one cycle (Agner Fog, same
+# guide, "stack engine").
+# Move elimination (Ivy Bridge on; the manual's "eliminating register moves"
+# gives no rate): at most the rename width a cycle, to be learned.
+# Zen+ (the nanoBench measurements of AnICA's artifact; Ritter and Hack, "AnICA",
+# OOPSLA 2022): a flags read after a zero-count shift costs the block about 26
+# cycles an iteration (`shll $0, %r8d ; cmovgel %edx, %ecx`: 25.96; the shift
+# alone: 1.0). With the pipeline draining first, an
+# assist of 23 cycles gives that block 26. Zen+'s memory and stack-engine values
+# have no public figure of their own here: they start from the Intel values above
+# and are learned like every other.
+# Locked instructions drain the store buffer and run alone (Intel's optimization
+# manual, "locked instructions"); BHive measures a lone `lock addl $1, (%rsi)` at
+# 19.0 cycles an iteration on Haswell. The cycles after the drain are those that
+# fit BHive's blocks with a locked instruction best under the other mechanisms'
+# defaults (the median of predicted over measured closest to 1): Haswell 8 (23
+# blocks of its 10,000), Ivy Bridge 12 (9), Skylake 10 (5).
+# L1 bank conflicts (Sandy and Ivy Bridge): Intel's optimization manual (248966),
+# "L1D cache bank conflicts": two loads with the same address bits 2-5 in
+# different sets (bits 6-12) conflict, and the younger is delayed until the
+# conflict resolves, one cycle (Haswell removed them). BHive measures
+# `movq 8(%rax), %r12 ; cmpq %rcx, 8(%rsp)` at 2.0 cycles an iteration on Ivy
+# Bridge (its loads 0x2324008 and 0x2324808) and 1.0 on Haswell; over 3,000 of
+# BHive's Ivy Bridge blocks, those with such a pair are predicted 7.3% too fast
+# on average without the mechanism, and those with two loads and none 1.5%.
+PARAMETERS: dict[str, Parameter] = {
+    "predecode_bytes": Parameter("front_end", 16, (1, 64), (8, 32), 4, 16.0),
+    "predecode_width": Parameter("front_end", 5, (1, 16), (2, 16), 1, 5.0, (("skylake", 6),)),
+    "decoders": Parameter("front_end", 4, (1, 16), (1, 6), 1, 4.0),
+    "simple_decoder_uops": Parameter("front_end", 1, (1, 16), (1, 4), 1, 1.0),
+    "uop_queue_size": Parameter("front_end", 56, (1, 1024), (16, 128), None, 64.0, (("skylake", 64),), move=8),
+    "issue_width": Parameter("front_end", 4, (1, 64), (2, 8), 1, 4.0),
+    "lcp_penalty": Parameter("front_end", 3, (0, 100), (0, 8), 1, 3.0),
+    "store_forward_latency": Parameter("memory", 0, (0, 100), (0, 8), 2, 4.0),
+    "alias_4k_penalty": Parameter("memory", 5, (0, 100), (0, 12), 3, 5.0),
+    "store_forward_fail_penalty": Parameter("memory", 10, (0, 100), (0, 20), 4, 10.0),
+    "stack_sync_uops": Parameter("stack_engine", 1, (0, 16), (0, 3), 1, 1.0),
+    "moves_eliminated": Parameter("move_elimination", 4, (1, 16), (1, 6), 1, 4.0),
+    "zero_shift_penalty": Parameter("zero_shift", 23, (0, 1000), (0, 48), 6, 20.0),
+    "lock_penalty": Parameter(
+        "locked", 8, (0, 1000), (0, 40), 4, 10.0, (("sandybridge", 12), ("ivybridge", 12), ("skylake", 10))
+    ),
+    "bank_conflict_penalty": Parameter("bank_conflict", 1, (0, 8), (0, 3), 1, 1.0),
+}
+MECHANISMS = (
+    "front_end",
+    "memory",
+    "stack_engine",
+    "move_elimination",
+    "zero_shift",
+    "locked",
+    "bank_conflict",
+    "partial_register",
+)
+# The mechanisms another needs on: bank conflicts read the addresses the memory
+# mechanism is given.
+REQUIRES: dict[str, tuple[str, ...]] = {"bank_conflict": ("memory",)}
+# What the mechanisms simulate, versioned: a table's id and a parameter space's id
+# under the extended model name it, so that results stored by an engine whose
+# mechanisms simulated differently are never taken for this one's. Bump it with
+# any change to what a mechanism simulates.
+REVISION = 6
+
+
+def parameters_of(mechanism: str) -> tuple[str, ...]:
+    """The globals ``mechanism`` adds, in declaration order."""
+    return tuple(n for n, p in PARAMETERS.items() if p.mechanism == mechanism)
+
+
+def spec(mechanism: str) -> dict:
+    """What the engine checks of a table that turns ``mechanism`` on."""
+    return {
+        "name": mechanism,
+        "requires": list(REQUIRES.get(mechanism, ())),
+        "parameters": [(n, *PARAMETERS[n].limits) for n in parameters_of(mechanism)],
+    }
