@@ -9,11 +9,11 @@ import polars as pl
 
 from difftune_pipeline import quality, steps
 from difftune_pipeline.defs import versions
+from difftune_pipeline.defs.assets import asset
 from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM, FOLLOWS_UPSTREAM_DATA
-from difftune_pipeline.defs.ingest import WRITER_POOL
 from difftune_pipeline.defs.metadata import blocking_check, check_result, explained, markdown, row_count
-from difftune_pipeline.defs.partitions import SHARDS, UARCH_SHARDS, UARCHS, shard_index, uarch_of
-from difftune_pipeline.defs.resources import Compute, DiffTuneSettings, EngineResource, Warehouse
+from difftune_pipeline.defs.partitions import UARCH_SHARDS, UARCHS, shard_index
+from difftune_pipeline.defs.resources import Compute, DiffTuneSettings, EngineResource, Warehouse, step_context
 from difftune_pipeline.reporting.compare import worse_summary
 from difftune_pipeline.reporting.plots import markdown_image
 from difftune_pipeline.steps.checks import engine_exactness as exactness
@@ -23,35 +23,7 @@ from difftune_pipeline.warehouse import versions as store
 GROUP = "difftune"
 
 
-def _ctx(
-    context: dg.AssetExecutionContext,
-    warehouse: Warehouse,
-    engine: EngineResource,
-    settings: DiffTuneSettings,
-    compute: Compute | None = None,
-) -> steps.StepContext:
-    """The step context of the partition's µarch; ``compute`` chooses where its
-    simulations run (this process's threads, or Ray workers)."""
-    chosen = settings.get()
-    if chosen.shards != len(SHARDS.get_partition_keys()):
-        raise dg.Failure(
-            f"shards = {chosen.shards}, but the simulations asset has {len(SHARDS.get_partition_keys())} "
-            "partitions: the shard count is fixed by the partitions"
-        )
-    mcpu = uarch_of(context)
-    return steps.StepContext(
-        warehouse.path, compute.engine(mcpu) if compute else engine.get(mcpu), chosen, warehouse.simulations
-    )
-
-
-@dg.asset(
-    group_name=GROUP,
-    deps=["splits"],
-    partitions_def=UARCHS,
-    pool=WRITER_POOL,
-    kinds={"duckdb", "unicorn"},
-    automation_condition=FOLLOWS_UPSTREAM,
-)
+@asset(GROUP, deps=["splits"], partitions=UARCHS, kinds={"duckdb", "unicorn"}, automation=FOLLOWS_UPSTREAM)
 def block_accesses(
     context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings
 ) -> dg.MaterializeResult:
@@ -60,7 +32,7 @@ def block_accesses(
     BHive's harness run on a CPU emulator for a few iterations. A block the
     emulator cannot run keeps symbolic addresses, with the reason recorded. The
     extended model's memory dependencies read them."""
-    ctx = _ctx(context, warehouse, engine, settings)
+    ctx = step_context(context, warehouse, engine, settings)
     out = steps.record_accesses(ctx)
     stored = store.harness_version(warehouse.path, out["harness"], ctx.uarch)
     return dg.MaterializeResult(
@@ -79,14 +51,13 @@ def block_accesses(
     )
 
 
-@dg.asset(
-    group_name=GROUP,
+@asset(
+    GROUP,
     deps=["splits", block_accesses],
-    partitions_def=UARCHS,
-    pool=WRITER_POOL,
+    partitions=UARCHS,
     kinds={"duckdb"},
-    automation_condition=FOLLOWS_UPSTREAM,
-    check_specs=[
+    automation=FOLLOWS_UPSTREAM,
+    checks=[
         blocking_check(
             "engine_exactness",
             "default_params",
@@ -102,7 +73,7 @@ def default_params(
     resolutions used by the measured blocks (tables ``param_tables``/``param_values``).
     Its data version changes with the µarch's measurements, and only then does
     that µarch's tuning re-run."""
-    ctx = _ctx(context, warehouse, engine, settings)
+    ctx = step_context(context, warehouse, engine, settings)
     out = steps.default_params(ctx)
     yield dg.MaterializeResult(
         metadata={
@@ -117,14 +88,7 @@ def default_params(
     yield check_result("engine_exactness", exactness(warehouse.path, ctx.engine))
 
 
-@dg.asset(
-    group_name=GROUP,
-    deps=[default_params],
-    pool=WRITER_POOL,
-    kinds={"duckdb"},
-    partitions_def=UARCHS,
-    automation_condition=FOLLOWS_UPSTREAM_DATA,
-)
+@asset(GROUP, deps=[default_params], kinds={"duckdb"}, partitions=UARCHS, automation=FOLLOWS_UPSTREAM_DATA)
 def block_features(
     context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings
 ) -> dg.MaterializeResult:
@@ -133,7 +97,7 @@ def block_features(
     loads, stores, store→load memory dependencies, the critical and loop-carried
     dependency chains, port pressure and dispatch load under the default table,
     and the bottleneck they point to. Errors are sliced by it in ``evaluation``."""
-    ctx = _ctx(context, warehouse, engine, settings)
+    ctx = step_context(context, warehouse, engine, settings)
     out = steps.block_features(ctx)
     stored = store.uarch_version(warehouse.path, "block_features", ctx.uarch)
     return dg.MaterializeResult(
@@ -148,13 +112,7 @@ def block_features(
     )
 
 
-@dg.asset(
-    group_name=GROUP,
-    deps=[default_params],
-    pool=WRITER_POOL,
-    partitions_def=UARCHS,
-    kinds={"duckdb"},
-)  # re-run nightly by the re-tune schedule
+@asset(GROUP, deps=[default_params], partitions=UARCHS, kinds={"duckdb"})  # re-run nightly by the re-tune schedule
 def sampled_tables(
     context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings
 ) -> dg.MaterializeResult:
@@ -162,20 +120,13 @@ def sampled_tables(
     and one that perturbs the defaults. Only their ids are stored; their values
     are regenerated from preset and seed. Its data version names the tables and
     the train blocks they are simulated on."""
-    out = steps.sampled_tables(_ctx(context, warehouse, engine, settings))
+    out = steps.sampled_tables(step_context(context, warehouse, engine, settings))
     return dg.MaterializeResult(
         metadata=out, data_version=versions.reported(context, warehouse.path, out["data_version"])
     )
 
 
-@dg.asset(
-    group_name=GROUP,
-    deps=[sampled_tables],
-    partitions_def=UARCH_SHARDS,
-    pool=WRITER_POOL,
-    kinds={"duckdb", "ray"},
-    automation_condition=FOLLOWS_UPSTREAM_DATA,
-)
+@asset(GROUP, deps=[sampled_tables], partitions=UARCH_SHARDS, kinds={"duckdb", "ray"}, automation=FOLLOWS_UPSTREAM_DATA)
 def simulations(
     context: dg.AssetExecutionContext,
     warehouse: Warehouse,
@@ -188,7 +139,7 @@ def simulations(
     written where it was simulated and recorded in ``simulation_chunks`` (read as
     the view ``simulations``). A shard skips pairs already recorded: an
     interrupted run resumes without repeating or duplicating work."""
-    ctx = _ctx(context, warehouse, engine, settings, compute)
+    ctx = step_context(context, warehouse, engine, settings, compute)
     damaged: list[str] = []
     out = steps.simulate_shard(
         ctx, shard_index(context), log=lambda line: (damaged.append(line), context.log.warning(line))
@@ -204,14 +155,13 @@ def simulations(
     )
 
 
-@dg.asset(
-    group_name=GROUP,
+@asset(
+    GROUP,
     deps=[simulations],
-    partitions_def=UARCHS,
-    pool=WRITER_POOL,
+    partitions=UARCHS,
     kinds={"pytorch"},
-    automation_condition=FOLLOWS_UPSTREAM_DATA,
-    check_specs=[
+    automation=FOLLOWS_UPSTREAM_DATA,
+    checks=[
         blocking_check("surrogate_fidelity", "surrogate", "Held-out MAPE against the engine within the limit", UARCHS)
     ],
 )
@@ -222,7 +172,7 @@ def surrogate(
     learned correction, the default) or DiffTune's Ithemal-style LSTM — as a
     checkpoint under ``warehouse/models/`` and a row in ``surrogate_runs``, with
     its fidelity against the engine on held-out blocks."""
-    ctx = _ctx(context, warehouse, engine, settings)
+    ctx = step_context(context, warehouse, engine, settings)
     out = steps.train_surrogate(ctx, log=context.log.info)
     yield dg.MaterializeResult(
         metadata={
@@ -243,14 +193,13 @@ def surrogate(
     )
 
 
-@dg.asset(
-    group_name=GROUP,
+@asset(
+    GROUP,
     deps=[surrogate, default_params],
-    partitions_def=UARCHS,
-    pool=WRITER_POOL,
+    partitions=UARCHS,
     kinds={"pytorch", "duckdb", "ray"},
-    automation_condition=FOLLOWS_UPSTREAM_DATA,
-    check_specs=[
+    automation=FOLLOWS_UPSTREAM_DATA,
+    checks=[
         blocking_check(
             "no_worse_than_default", "learned_params", "Engine MAPE on val of the learned table ≤ the default's", UARCHS
         )
@@ -267,7 +216,7 @@ def learned_params(
     through the frozen surrogate (DiffTune), by direct search on the engine (its
     candidates on this process's threads or on Ray workers), or both combined (the
     default); selected on val with the real engine."""
-    out = steps.learn(_ctx(context, warehouse, engine, settings, compute), log=context.log.info)
+    out = steps.learn(step_context(context, warehouse, engine, settings, compute), log=context.log.info)
     meta = {"table_id": out["table_id"], "reused": out["reused"]}
     if not out["reused"]:
         meta["val_mape_by_step"] = markdown(pl.DataFrame(out["history"]))
@@ -279,13 +228,12 @@ def learned_params(
     )
 
 
-@dg.asset(
-    group_name=GROUP,
+@asset(
+    GROUP,
     deps=[learned_params, default_params, block_features],
-    partitions_def=UARCHS,
-    pool=WRITER_POOL,
+    partitions=UARCHS,
     kinds={"duckdb"},
-    automation_condition=FOLLOWS_UPSTREAM_DATA,
+    automation=FOLLOWS_UPSTREAM_DATA,
 )
 def evaluation(
     context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, settings: DiffTuneSettings
@@ -294,7 +242,7 @@ def evaluation(
     table through the real engine on val and test, overall and per slice
     (tables ``evaluations``, ``predictions``, ``comparisons``, ``block_slices``);
     the slices the learned table makes worse by more than noise."""
-    ctx = _ctx(context, warehouse, engine, settings)
+    ctx = step_context(context, warehouse, engine, settings)
     out = steps.evaluate_latest(ctx)
     table = out["comparison"]
     test = table.filter(pl.col("split") == "test")

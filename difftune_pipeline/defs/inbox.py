@@ -8,7 +8,8 @@ from pathlib import Path
 import dagster as dg
 
 from difftune_pipeline.defs import versions
-from difftune_pipeline.defs.ingest import GROUP, SANITY, SANITY_DESCRIPTION, WRITER_POOL, batch_metadata
+from difftune_pipeline.defs.assets import asset
+from difftune_pipeline.defs.ingest import GROUP, SANITY, SANITY_DESCRIPTION, batch_metadata
 from difftune_pipeline.defs.metadata import blocking_check, check_result, row_count
 from difftune_pipeline.defs.partitions import UARCHS, add_uarchs
 from difftune_pipeline.defs.resources import EngineResource, Inbox, Warehouse
@@ -24,12 +25,11 @@ BATCHES = dg.DynamicPartitionsDefinition(name="measurement_batches")
 SETTLED = {"ok", "failed_sanity", "dropped"}
 
 
-@dg.asset(
-    group_name=GROUP,
-    partitions_def=BATCHES,
-    pool=WRITER_POOL,
+@asset(
+    GROUP,
+    partitions=BATCHES,
     kinds={"duckdb"},
-    check_specs=[blocking_check(SANITY, "measurement_batches", SANITY_DESCRIPTION, BATCHES)],
+    checks=[blocking_check(SANITY, "measurement_batches", SANITY_DESCRIPTION, BATCHES)],
 )
 def measurement_batches(context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, inbox: Inbox):
     """One batch dropped into the inbox (``<inbox>/<mcpu>/<name>.csv``), ingested

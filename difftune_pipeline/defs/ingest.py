@@ -5,6 +5,7 @@ import dagster as dg
 import polars as pl
 
 from difftune_pipeline.defs import versions
+from difftune_pipeline.defs.assets import asset
 from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM
 from difftune_pipeline.defs.metadata import blocking_check, check_result, markdown, row_count
 from difftune_pipeline.defs.partitions import add_uarchs
@@ -15,7 +16,6 @@ from difftune_pipeline.warehouse import ingestion
 from difftune_pipeline.warehouse import versions as store
 
 GROUP = "ingest"
-WRITER_POOL = "duckdb_writer"
 SANITY = "measurement_sanity"
 SANITY_DESCRIPTION = "Few rows quarantined; throughputs a real core can reach"
 
@@ -39,7 +39,7 @@ def _stored(context: dg.AssetExecutionContext, warehouse: Warehouse, table: str)
     return versions.reported(context, warehouse.path, store.table_version(warehouse.path, table))
 
 
-@dg.asset(group_name=GROUP, pool=WRITER_POOL, kinds={"duckdb"})
+@asset(GROUP, kinds={"duckdb"})
 def block_sources(
     context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, sources: DataSources
 ) -> dg.MaterializeResult:
@@ -53,12 +53,7 @@ def block_sources(
     )
 
 
-@dg.asset(
-    group_name=GROUP,
-    pool=WRITER_POOL,
-    kinds={"duckdb"},
-    check_specs=[blocking_check(SANITY, "measurements", SANITY_DESCRIPTION, None)],
-)
+@asset(GROUP, kinds={"duckdb"}, checks=[blocking_check(SANITY, "measurements", SANITY_DESCRIPTION, None)])
 def measurements(context: dg.AssetExecutionContext, warehouse: Warehouse, engine: EngineResource, sources: DataSources):
     """Measured throughputs (BHive's ``hex,cycles per 100 iterations``, one µarch
     per batch) in table ``measurements``. A batch already ingested adds nothing;
@@ -79,11 +74,12 @@ def measurements(context: dg.AssetExecutionContext, warehouse: Warehouse, engine
     yield check_result(SANITY, measurement_sanity(warehouse.path, [s.batch_id for s in summaries]))
 
 
-@dg.asset(
-    group_name=GROUP,
+@asset(
+    GROUP,
     deps=[block_sources, measurements, "measurement_batches"],
     kinds={"duckdb"},
-    automation_condition=FOLLOWS_UPSTREAM,
+    automation=FOLLOWS_UPSTREAM,
+    writes=False,
 )
 def blocks(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
     """Every distinct block, disassembled by LLVM (opcodes, AT&T text); blocks
@@ -101,7 +97,7 @@ def blocks(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.Materi
     )
 
 
-@dg.asset(group_name=GROUP, deps=[blocks], pool=WRITER_POOL, kinds={"duckdb"}, automation_condition=FOLLOWS_UPSTREAM)
+@asset(GROUP, deps=[blocks], kinds={"duckdb"}, automation=FOLLOWS_UPSTREAM)
 def splits(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
     """train/val/test (80/10/10) by block hash: stable as data grows, so no
     block ever moves between splits."""
@@ -112,11 +108,12 @@ def splits(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.Materi
     )
 
 
-@dg.asset(
-    group_name=GROUP,
+@asset(
+    GROUP,
     deps=[block_sources, measurements, "measurement_batches"],
     kinds={"duckdb"},
-    automation_condition=FOLLOWS_UPSTREAM,
+    automation=FOLLOWS_UPSTREAM,
+    writes=False,
 )
 def quarantine(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
     """Input rows that never became a measurement or a block source, each with a

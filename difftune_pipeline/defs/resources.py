@@ -20,7 +20,8 @@ import os
 
 import dagster as dg
 
-from difftune_pipeline import config, environment
+from difftune_pipeline import config, environment, steps
+from difftune_pipeline.defs.partitions import SHARDS, uarch_of
 from difftune_pipeline.engine import Engine
 from difftune_pipeline.engine.ray_engine import RayEngine, WorkerPool
 from difftune_pipeline.warehouse import DEFAULT_PATH
@@ -155,4 +156,25 @@ def resources() -> dg.Definitions:
             "settings": settings,
             "inbox": Inbox(path=str(environment.inbox_path())),
         }
+    )
+
+
+def step_context(
+    context: dg.AssetExecutionContext,
+    warehouse: Warehouse,
+    engine: EngineResource,
+    settings: DiffTuneSettings,
+    compute: Compute | None = None,
+) -> steps.StepContext:
+    """The step context of the partition's µarch; ``compute`` chooses where its
+    simulations run (this process's threads, or Ray workers)."""
+    chosen = settings.get()
+    if chosen.shards != len(SHARDS.get_partition_keys()):
+        raise dg.Failure(
+            f"shards = {chosen.shards}, but the simulations asset has {len(SHARDS.get_partition_keys())} "
+            "partitions: the shard count is fixed by the partitions"
+        )
+    mcpu = uarch_of(context)
+    return steps.StepContext(
+        warehouse.path, compute.engine(mcpu) if compute else engine.get(mcpu), chosen, warehouse.simulations
     )
