@@ -35,7 +35,8 @@ from difftune_pipeline import harness
 from difftune_pipeline.engine import Engine, ParamTable
 from difftune_pipeline.engine.extended import EXTENDED
 from difftune_pipeline.model.metrics import kendall_tau, mape, signed_error
-from difftune_pipeline.tuners.search import SearchConfig, search
+from difftune_pipeline.tuners.direct import search
+from difftune_pipeline.tuners.search import SearchConfig
 from difftune_pipeline.warehouse import connection, evaluation, ingestion, tables
 
 SPLITS = ("train", "val", "test")

@@ -20,7 +20,7 @@ from difftune_pipeline import harness
 from difftune_pipeline.config import settings_for
 from difftune_pipeline.engine import Engine, extended
 from difftune_pipeline.steps import StepContext
-from difftune_pipeline.tuners.search import search
+from difftune_pipeline.tuners.direct import search
 
 
 def main() -> None:

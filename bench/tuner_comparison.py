@@ -34,8 +34,8 @@ from difftune_pipeline.steps import StepContext
 from difftune_pipeline.steps.surrogate import stored_pairs
 from difftune_pipeline.surrogates.structured import StructuredSurrogate
 from difftune_pipeline.tuners import Problem, SurrogateView
+from difftune_pipeline.tuners.direct import DirectSearch
 from difftune_pipeline.tuners.gradient import SurrogateTuner
-from difftune_pipeline.tuners.search import DirectSearch
 from difftune_pipeline.warehouse import ingestion, simulations, tables
 
 OUT = Path(__file__).parent / "out"

@@ -174,7 +174,8 @@ def inbox_path(env: Mapping[str, str] = os.environ) -> Path:
 def query_sizes(env: Mapping[str, str] = os.environ, memory: str | None = None, temp: str | None = None):
     """(memory, temporary disk) a user's query may take: ``memory``/``temp`` (a command's
     options), else ``DIFFTUNE_QUERY_MEMORY``/``DIFFTUNE_QUERY_TEMP``, else the defaults."""
-    from difftune_pipeline.warehouse.connection import DEFAULT_QUERY_MEMORY, DEFAULT_QUERY_TEMP, parse_size
+    from difftune_pipeline.warehouse.connection import parse_size
+    from difftune_pipeline.warehouse.user_query import DEFAULT_QUERY_MEMORY, DEFAULT_QUERY_TEMP
 
     out = []
     for given, variable, option, default in (

@@ -24,7 +24,7 @@ class Verdict:
 def measurement_sanity(rows: pl.DataFrame | None, batch_ids: list[str]) -> Verdict:
     """The verdicts ingestion gave the batches (``ingest.sanity``): failed when one
     of them is ``failed_sanity`` or missing. ``rows``: per batch, its status, the
-    reason and its row counts (``ingestion.batch_statuses``; not read when there is no
+    reason and its row counts (``batch_state.batch_statuses``; not read when there is no
     batch). A dropped batch is not judged: it feeds nothing."""
     if not batch_ids:
         return Verdict(True, "no measurement batches to check")

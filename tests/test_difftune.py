@@ -24,7 +24,7 @@ from difftune_pipeline.engine import Engine, extended
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.surrogates.base import training_device
 from difftune_pipeline.warehouse import connection as store
-from difftune_pipeline.warehouse import ingestion, tables
+from difftune_pipeline.warehouse import harness_records, tables
 
 TINY = settings_for(
     "sample",
@@ -143,7 +143,7 @@ def test_accesses_are_recorded_once_and_the_model_is_chosen_on_val(fresh, wareho
     assert all(reason.startswith("emulation failed") for reason in out["fallbacks"])
     rows = _count(warehouse, "block_accesses")
     assert steps.record_accesses(ctx)["new"] == 0 and _count(warehouse, "block_accesses") == rows  # idempotent
-    aliasing = ingestion.aliasing_blocks(warehouse, "bhive")
+    aliasing = harness_records.aliasing_blocks(warehouse, "bhive")
     assert aliasing.height > 10  # BHive's harness makes many loads read what a store wrote
     _, blocks = ctx.blocks("val")
     block_id = aliasing["block_id"].filter(aliasing["block_id"].is_in(list(blocks)))[0]

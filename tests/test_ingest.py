@@ -6,10 +6,10 @@ import pytest
 from conftest import SAMPLE
 from difftune_pipeline.engine import InvalidTable, ParamTable
 from difftune_pipeline.ingest import batches as ingest
-from difftune_pipeline.ingest import owner
+from difftune_pipeline.ingest import owner, rows
 from difftune_pipeline.ingest.blocks import block_id, split_of
+from difftune_pipeline.warehouse import batch_state, data_migrations, ingestion, schema, tables
 from difftune_pipeline.warehouse import connection as store
-from difftune_pipeline.warehouse import ingestion, schema, tables
 
 GOOD = "4801d8,100.0\n4883c0014839d875f7,250\n"
 BAD_LINES = {
@@ -179,7 +179,7 @@ def test_a_warehouse_of_an_older_version_is_migrated_by_its_first_reader(haswell
         "INSERT INTO batches VALUES ('b1', 'measurements', 'haswell', NULL, 'old.csv', 1, 1, 0, now()::TIMESTAMP)"
     )
     con.close()
-    assert ingestion.batches(warehouse).select("batch_id", "status").rows() == [("b1", "ok")]
+    assert batch_state.batches(warehouse).select("batch_id", "status").rows() == [("b1", "ok")]
     assert _count(warehouse, "SELECT max(version) FROM schema_version") == len(schema.MIGRATIONS)
     assert _count(warehouse, "SELECT count(*) FROM usable_measurements") == 0
 
@@ -216,7 +216,7 @@ def test_simulations_of_an_older_warehouse_are_simulated_again(warehouse):
     every file without the steady state is removed and its record forgotten (its
     shard simulates it again); predictions and evaluations are emptied likewise."""
     con = store.connect(warehouse)
-    to_files = schema.MIGRATIONS.index(schema._simulations_as_files)
+    to_files = schema.MIGRATIONS.index(data_migrations.simulations_as_files)
     con.execute("DELETE FROM schema_version WHERE version > ?", [to_files])
     con.execute("DROP TABLE simulation_chunks")
     con.execute(
@@ -350,14 +350,14 @@ def test_rows_read_column_wise_are_read_as_one_by_one(per_iteration):
     """The column-wise reader and the one-row-at-a-time one agree on every row: kept or
     refused, the value, the reason."""
     scale = 100.0 if per_iteration else 1.0
-    bounds = tuple(b / scale for b in ingest.THROUGHPUT_BOUNDS)
+    bounds = tuple(b / scale for b in rows.THROUGHPUT_BOUNDS)
     chunk = list(enumerate(EDGE_ROWS, start=1))
-    fast, fast_bad = ingest._measurement_rows(chunk, bounds)
-    slow, slow_bad = ingest._split_rows(chunk, "cycles", False, None, bounds)
+    fast, fast_bad = rows.measurement_rows(chunk, bounds)
+    slow, slow_bad = rows.split_rows(chunk, "cycles", False, None, bounds)
     assert sorted(fast.rows()) == sorted((n, h, v) for n, _, h, v in slow)
     assert sorted(fast_bad) == sorted(slow_bad)
     assert fast.height and fast_bad  # both kinds were there
-    empty, nothing = ingest._measurement_rows([], bounds)
+    empty, nothing = rows.measurement_rows([], bounds)
     assert empty.is_empty() and nothing == []
 
 
@@ -394,7 +394,7 @@ def test_a_batch_dropped_while_it_is_read_stays_dropped(haswell, warehouse, tmp_
 
     def drop():
         with store.writer(warehouse) as con:
-            assert ingestion.drop_batch(con, batch, "withdrawn mid-read")["rows_removed"] > 0
+            assert batch_state.drop_batch(con, batch, "withdrawn mid-read")["rows_removed"] > 0
 
     _between_chunks(monkeypatch, drop)
     summary = ingest.ingest_measurements(path, "haswell", warehouse, haswell)

@@ -5,7 +5,8 @@ import numpy as np
 
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.tuners.gradient import TuneConfig, tune
-from difftune_pipeline.tuners.search import Search, SearchConfig, distance, moves
+from difftune_pipeline.tuners.moves import distance, moves
+from difftune_pipeline.tuners.search import Search, SearchConfig
 
 
 def test_distance_is_scale_free():

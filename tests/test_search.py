@@ -4,7 +4,9 @@ error, a budget that holds, train error that only falls, val selection."""
 import numpy as np
 
 from difftune_pipeline.engine import InvalidTable, ParamTable
-from difftune_pipeline.tuners.search import Search, SearchConfig, gradient_proposer, moves, search
+from difftune_pipeline.tuners.direct import search
+from difftune_pipeline.tuners.moves import gradient_proposer, moves
+from difftune_pipeline.tuners.search import Search, SearchConfig
 
 
 def test_moves_are_valid_rows_or_refused_overlaps(haswell):

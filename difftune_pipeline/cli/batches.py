@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from difftune_pipeline.cli.common import USER_ERRORS, WarehouseOpt, batches_app, console, err_console, fail, print_json
-from difftune_pipeline.warehouse import DEFAULT_PATH, ingestion, writer
+from difftune_pipeline.warehouse import DEFAULT_PATH, batch_state, writer
 
 
 @batches_app.command("list")
@@ -22,7 +22,7 @@ def batches_list(
     changed / vanished (its file was rewritten or deleted before it was read: nothing
     of it was kept, and its bytes, seen again, are ingested); ingesting while it is read."""
     try:
-        frame = ingestion.batches(warehouse)
+        frame = batch_state.batches(warehouse)
     except USER_ERRORS as exc:
         raise fail(exc) from None
     if as_json:
@@ -73,7 +73,7 @@ def batches_drop(
         raise fail(FileNotFoundError(f"no warehouse at {warehouse}"))
     try:
         with writer(warehouse) as con:
-            result = ingestion.drop_batch(con, batch_id, reason)
+            result = batch_state.drop_batch(con, batch_id, reason)
     except USER_ERRORS as exc:
         raise fail(exc) from None
     if result["already_dropped"]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
+import warnings
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -37,7 +38,10 @@ def materialize(
     Runs left behind by a killed process are marked failed first and their pool slots freed."""
     from difftune_pipeline import environment, ui  # (torch and Dagster: only for this command)
     from difftune_pipeline.cli.results import show
-    from difftune_pipeline.defs import runner
+
+    with warnings.catch_warnings():  # Dagster's preview notices, as the definitions load, belong in the log
+        warnings.simplefilter("ignore")
+        from difftune_pipeline.defs import runner
 
     try:
         environment.read(os.environ, probe=True)

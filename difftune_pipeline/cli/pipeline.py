@@ -24,7 +24,7 @@ from difftune_pipeline.cli.common import (
     print_json,
 )
 from difftune_pipeline.warehouse import DEFAULT_PATH
-from difftune_pipeline.warehouse.connection import QueryLimits, user_query
+from difftune_pipeline.warehouse.user_query import QueryLimits, user_query
 
 
 @app.command()

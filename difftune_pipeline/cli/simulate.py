@@ -22,8 +22,8 @@ from difftune_pipeline.cli.common import (
     progress,
     read_input,
 )
-from difftune_pipeline.ingest.batches import THROUGHPUT_BOUNDS, parse_number
 from difftune_pipeline.ingest.blocks import canonical_hex, hex_problem
+from difftune_pipeline.ingest.rows import THROUGHPUT_BOUNDS, parse_number
 
 Iterations = Annotated[int, typer.Option(min=1, max=2**31 - 1, help="iterations of the block to simulate")]
 Threads = Annotated[int | None, typer.Option(min=1, max=1024, help="simulation threads (default: all cores)")]

@@ -17,7 +17,7 @@ from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.ingest import inbox as inbox_files
 from difftune_pipeline.ingest import owner
 from difftune_pipeline.steps.checks import measurement_sanity
-from difftune_pipeline.warehouse import connection, ingestion
+from difftune_pipeline.warehouse import batch_state, connection, ingestion
 from difftune_pipeline.warehouse import versions as store
 
 BATCHES = dg.DynamicPartitionsDefinition(name="measurement_batches")
@@ -90,7 +90,7 @@ def run_request(key: str, item: inbox_files.InboxFile, version: str) -> dg.RunRe
 def _records(db: str, batch_ids: list[str]) -> dict[str, dict]:
     """batch id -> record (status, owner, status_at) of those of ``batch_ids`` the
     warehouse holds (none before it exists)."""
-    return ingestion.batch_records(db, batch_ids) if Path(db).exists() else {}
+    return batch_state.batch_records(db, batch_ids) if Path(db).exists() else {}
 
 
 @dg.sensor(target=measurement_batches, minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING)

@@ -12,14 +12,15 @@ import json
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
 
 from difftune_pipeline.engine import _engine, generations
-from difftune_pipeline.engine.table import LIMITS, ParamTable, canonical_row
+from difftune_pipeline.engine.sim_result import MEASURES, SimResult, check_measure
+from difftune_pipeline.engine.table import ParamTable, canonical_row
+from difftune_pipeline.engine.table_document import LIMITS
 from difftune_pipeline.engine.trace import Trace
 
 LLVM_VERSION: str = _engine.LLVM_VERSION
@@ -56,40 +57,6 @@ __all__ = [
 
 def default_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)))
-
-
-# What a simulation predicts (SimResult.predicted), each with how it is said.
-MEASURES = {
-    "steady": "steady state (cycles per 100 iterations once fill and drain cancel, as BHive measures)",
-    "total": "Total Cycles (llvm-mca's, fill and drain included)",
-}
-
-
-def check_measure(measure: str, what: str = "measure") -> str:
-    """``measure`` if it is one of ``MEASURES``, else a ValueError naming ``what`` (a setting, an option)."""
-    if measure not in MEASURES:
-        raise ValueError(f"{what} must be one of {', '.join(MEASURES)}, not {measure!r}")
-    return measure
-
-
-@dataclass
-class SimResult:
-    cycles: np.ndarray  # int64, llvm-mca's Total Cycles; -1 where status is not "ok"
-    status: list[str]
-    steady: np.ndarray  # float64, cycles per 100 iterations in steady state; NaN where status is not "ok"
-
-    @property
-    def ok(self) -> np.ndarray:
-        return np.array([s == "ok" for s in self.status], dtype=bool)
-
-    def __getitem__(self, part: slice) -> SimResult:
-        return SimResult(self.cycles[part], self.status[part], self.steady[part])
-
-    def predicted(self, measure: str) -> np.ndarray:
-        """Cycles per 100 iterations as ``measure`` reads them (float64): ``steady``,
-        what BHive measures (the difference of two unroll counts, so the pipeline's fill
-        and drain cancel), or ``total``, llvm-mca's Total Cycles (at 100 iterations)."""
-        return self.steady if check_measure(measure) == "steady" else self.cycles.astype(np.float64)
 
 
 def _renumber(table_idx: np.ndarray, dropped: dict) -> np.ndarray:

@@ -15,19 +15,13 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from difftune_pipeline.engine import _engine, extended, mechanisms
+from difftune_pipeline.engine import extended, mechanisms
+from difftune_pipeline.engine.table_document import FORMAT, GLOBALS, Document, Model, validated
 
-FORMAT = "difftune-params/1"
-GLOBALS = ("dispatch_width", "micro_op_buffer_size")
 GLOBAL_ROW = "*"  # the opcode column's value for globals in the long form
-# Valid parameter ranges, name -> (min, max), which compile() enforces: the
-# engine's own, and those declared with the extended model's parameters.
-LIMITS: dict[str, tuple[int, int]] = dict(_engine.LIMITS) | {n: p.limits for n, p in mechanisms.PARAMETERS.items()}
 
 
 @dataclass
@@ -108,12 +102,12 @@ class ParamTable:
             text = Path(path).read_text(encoding="utf-8-sig")
         except UnicodeDecodeError as exc:
             raise ValueError(f"{source}: not UTF-8 text ({exc.reason})") from None
-        return cls._from_document(_validated(text, source))
+        return cls._from_document(validated(text, source))
 
     @classmethod
-    def _from_document(cls, doc: _Document) -> ParamTable:
+    def _from_document(cls, doc: Document) -> ParamTable:
         rows = {key: canonical_row(row.model_dump()) for key, row in doc.opcodes.items()}
-        model = doc.model or _Model(mechanisms=[], harness="none")
+        model = doc.model or Model(mechanisms=[], harness="none")
         globals_ = doc.globals.model_dump(exclude_none=True)
         table = cls(doc.mcpu, doc.llvm_version, globals_, rows, tuple(model.mechanisms), model.harness)
         if problem := table.model_mismatch():
@@ -221,86 +215,3 @@ def canonical_row(row: dict) -> dict:
         "read_advance": sorted([int(u), int(w), int(c)] for u, w, c in row["read_advance"]),
         "ports": {str(k): int(v) for k, v in sorted(row["ports"].items())},
     }
-
-
-# ---- the document schema -------------------------------------------------------
-def _int(limit: str | tuple[int, int]):
-    """The type of an integer within the engine's own range for ``limit``: no bools, strings or floats."""
-    lo, hi = LIMITS[limit] if isinstance(limit, str) else limit
-    return Annotated[int, Field(strict=True, ge=lo, le=hi)]
-
-
-_INDEX = (0, 255)  # an operand index of one instruction
-
-
-class _Row(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    latency: list[_int("latency")]
-    uops: _int("uops")
-    read_advance: list[tuple[_int(_INDEX), _int(_INDEX), _int("read_advance")]]
-    ports: dict[str, _int("port_cycles")]
-
-
-# The globals: llvm-mca's two, and the extended model's, present exactly when their mechanism is on.
-_Globals = create_model(
-    "_Globals",
-    __config__=ConfigDict(extra="forbid"),
-    **{name: (_int(name), ...) for name in GLOBALS},
-    **{name: (_int(name) | None, None) for name in mechanisms.PARAMETERS},
-)
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    mechanisms: list[Literal[mechanisms.MECHANISMS]]  # type: ignore[valid-type]
-    harness: Literal[extended.HARNESSES]  # type: ignore[valid-type]
-
-
-class _Document(BaseModel):
-    """The JSON form of a table (what ``to_dict`` writes)."""
-
-    model_config = ConfigDict(extra="forbid")
-    format: Literal[FORMAT]  # type: ignore[valid-type]
-    mcpu: Annotated[str, Field(strict=True, min_length=1)]
-    llvm_version: Annotated[str, Field(strict=True, min_length=1)]
-    globals: _Globals
-    model: _Model | None = None
-    opcodes: dict[str, _Row]
-
-
-def _short(value, width: int = 40) -> str:
-    text = repr(value)
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    keys = [k for k, _ in pairs]
-    if len(set(keys)) != len(keys):
-        raise ValueError(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
-    return dict(pairs)
-
-
-def _refuse_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
-
-
-def _validated(text: str, source: str) -> _Document:
-    """The document, or a ValueError naming the path of each bad field (or why it is not JSON)."""
-    try:  # pydantic's own parser lets a duplicate key's last value win: refuse it first
-        json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f"{source} is not valid JSON: {str(exc)[:200]}") from None
-    try:
-        return _Document.model_validate_json(text)
-    except ValidationError as exc:
-        problems = [
-            f"{'.'.join(str(p) for p in e['loc']) or '(document)'}: {e['msg']}"
-            + (
-                f" (got {_short(e['input'])})"
-                if e["type"] != "missing" and not isinstance(e["input"], dict | list)
-                else ""
-            )
-            for e in exc.errors()[:5]
-        ]
-        more = f" (and {exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
-        raise ValueError(f"{source} is not a valid parameter table: " + "; ".join(problems) + more) from None

@@ -11,8 +11,6 @@ leaves nothing behind but its batch's record, ``changed``.
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -21,16 +19,11 @@ import polars as pl
 
 from difftune_pipeline.engine import CPUS, LLVM_VERSION, Engine
 from difftune_pipeline.ingest import owner, reader, sanity
-from difftune_pipeline.ingest.blocks import block_id, canonical_hex, disassemble_rows, hex_problem, split_of
-from difftune_pipeline.warehouse import connection, ingestion, insert_new, writer
+from difftune_pipeline.ingest.blocks import block_id, disassemble_rows, split_of
+from difftune_pipeline.ingest.rows import GOOD, THROUGHPUT_BOUNDS, measurement_rows, split_rows
+from difftune_pipeline.warehouse import batch_state, connection, ingestion, insert_new, writer
 
 UNITS = {"cycles_per_100": 1.0, "cycles_per_iteration": 100.0}
-# A measured throughput is within these bounds (cycles per 100 iterations): a million
-# cycles per iteration is ~800x the slowest BHive block (127,761 per 100 on Haswell);
-# one cycle per 100 iterations is ~20x faster than the fastest one-instruction block.
-THROUGHPUT_BOUNDS = (1.0, 1e8)
-# A plain decimal number in ASCII (float() would also take "1_000" and other scripts' digits).
-NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 
 
 @dataclass
@@ -60,88 +53,6 @@ def file_batch_id(path: Path, scope: str) -> str:
         for chunk in iter(lambda: fh.read(reader.BLOCK), b""):
             digest.update(chunk)
     return reader.batch_id_of(digest)
-
-
-def parse_number(
-    text: str, what: str, zero_ok: bool = False, bounds: tuple[float, float] = (0.0, math.inf)
-) -> tuple[float | None, str | None]:
-    """(value, None), or (None, why ``text`` is not a number of ``what`` within ``bounds``)."""
-    if NUMBER.fullmatch(text) is None:
-        special = text.strip().lower().lstrip("+-") in ("nan", "inf", "infinity")
-        return None, f"{what} {text!r} is {'not finite' if special else 'not a number'}"
-    value = float(text)
-    if not math.isfinite(value):
-        return None, f"{what} {text!r} is not finite"
-    if value < 0 or (value == 0 and not zero_ok):
-        return None, f"{what} must be {'non-negative' if zero_ok else 'positive'}, got {text!r}"
-    least, most = bounds
-    if value > most or 0 < value < least:
-        return None, f"{what} {text!r} is outside {least:g}..{most:g}: not a basic block's throughput"
-    return value, None
-
-
-def _split_rows(
-    lines, what: str, zero_ok: bool, first_seen: dict | None, bounds: tuple[float, float] = (0.0, math.inf)
-):
-    """(line_no, raw, hex, value) of well-formed rows, and (line_no, raw, reason) of
-    the rest. ``first_seen`` (hex -> (line, value), kept across a file's chunks):
-    a block listed again is a duplicate; None: a repeated measurement (kept; the
-    tuning uses the mean)."""
-    good, bad = [], []
-    for line_no, raw in lines:
-        fields = raw.split(",")
-        if len(fields) != 2:
-            bad.append((line_no, raw, f"expected 2 comma-separated fields 'hex,{what}', got {len(fields)}"))
-            continue
-        hex_ = canonical_hex(fields[0])
-        problem = hex_problem(hex_)
-        if problem:
-            bad.append((line_no, raw, problem))
-            continue
-        value, problem = parse_number(fields[1].strip(), what, zero_ok, bounds)
-        if problem:
-            bad.append((line_no, raw, problem))
-            continue
-        if first_seen is not None:
-            if hex_ in first_seen:
-                prev_line, prev_value = first_seen[hex_]
-                reason = (
-                    f"duplicate of line {prev_line}"
-                    if value == prev_value
-                    else f"conflicts with line {prev_line} ({what} {prev_value:g} vs {value:g})"
-                )
-                bad.append((line_no, raw, reason))
-                continue
-            first_seen[hex_] = (line_no, value)
-        good.append((line_no, raw, hex_, value))
-    return good, bad
-
-
-# A row as it nearly always comes: hex digits, a comma, a plain decimal number. Rows
-# that match are read column-wise; the rest go through ``_split_rows`` one by one,
-# which finds the reason of a bad one (or reads an unusual good one).
-PLAIN_ROW = r"^[ \t]*([0-9A-Fa-f]+)[ \t]*,[ \t]*([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)[ \t]*$"
-GOOD = {"line_no": pl.Int64, "hex": pl.Utf8, "value": pl.Float64}
-
-
-def _measurement_rows(lines: list[tuple[int, str]], bounds: tuple[float, float]) -> tuple[pl.DataFrame, list]:
-    """The well-formed measurement rows of a chunk as a frame of ``GOOD``, and the
-    (line_no, raw, reason) of the rest."""
-    frame = pl.DataFrame(
-        {"line_no": [n for n, _ in lines], "raw": [r for _, r in lines]}, schema={"line_no": pl.Int64, "raw": pl.Utf8}
-    )
-    parts = frame["raw"].str.extract_groups(PLAIN_ROW)
-    least, most = bounds
-    frame = frame.with_columns(
-        hex=parts.struct.field("1").str.to_lowercase(), value=parts.struct.field("2").cast(pl.Float64)
-    ).with_columns(
-        plain=(pl.col("hex").str.len_bytes() % 2 == 0) & (pl.col("value") > 0) & pl.col("value").is_between(least, most)
-    )
-    plain = frame.filter(pl.col("plain").fill_null(False))
-    other = frame.filter(~pl.col("plain").fill_null(False))
-    good, bad = _split_rows(other.select("line_no", "raw").rows(), "cycles", False, None, bounds)
-    slow = pl.DataFrame([(n, h, v) for n, _, h, v in good], schema=GOOD, orient="row")
-    return pl.concat([plain.select(list(GOOD)), slow]), bad
 
 
 def _ingest_blocks(con, engine: Engine, hexes: list[str]) -> dict[str, str | None]:
@@ -196,7 +107,7 @@ def _ingest(batch: _Batch, db: Path, engine: Engine, expected: str | None = None
     expected = expected or file_batch_id(batch.path, batch.scope)
     with owner.reading() as me:
         with writer(db, INGEST_MEMORY) as con:
-            done = ingestion.stored_batch(con, expected)
+            done = batch_state.stored_batch(con, expected)
             status = done["status"] if done else None
             if status is not None and status not in UNREAD:
                 counts = (done["n_read"], done["n_ingested"], done["n_quarantined"])
@@ -204,8 +115,8 @@ def _ingest(batch: _Batch, db: Path, engine: Engine, expected: str | None = None
             if status == "ingesting" and not owner.abandoned(done["owner"], done["status_at"], connection.now()):
                 note = f"batch {expected} is being ingested by {owner.describe(done['owner'])}: left to it"
                 return BatchSummary(expected, batch.kind, source, 0, 0, 0, status=status, note=note)
-            ingestion.forget_batch(con, expected)  # a record of bytes never read, or a dead reader's rows
-            ingestion.begin_batch(con, expected, batch.kind, batch.uarch, batch.app, source, batch.at, me)
+            batch_state.forget_batch(con, expected)  # a record of bytes never read, or a dead reader's rows
+            batch_state.begin_batch(con, expected, batch.kind, batch.uarch, batch.app, source, batch.at, me)
         try:
             n_read = _read(batch, db, engine, expected, me)
         except reader.FileChanged as exc:
@@ -218,7 +129,7 @@ def _ingest(batch: _Batch, db: Path, engine: Engine, expected: str | None = None
                 implausible = ingestion.implausible_measurements(con, expected, sanity.MAX_IPC)
                 problems = sanity.problems(source, n_read, batch.n_ingested, batch.n_quarantined, implausible)
             counts = (n_read, batch.n_ingested, batch.n_quarantined)
-            finished = ingestion.finish_batch(con, expected, me, counts, problems, connection.now())
+            finished = batch_state.finish_batch(con, expected, me, counts, problems, connection.now())
         if not finished:
             return _superseded(db, expected, batch)
         return BatchSummary(expected, batch.kind, source, *counts, status="failed_sanity" if problems else "ok")
@@ -237,7 +148,7 @@ def _read(batch: _Batch, db: Path, engine: Engine, batch_id: str, me: str) -> in
     for chunk in lines.chunks():
         n_read += len(chunk)
         with writer(db, INGEST_MEMORY) as con:
-            if not ingestion.claim(con, batch_id, me):
+            if not batch_state.claim(con, batch_id, me):
                 raise _Superseded
             _ingest_chunk(con, engine, batch, batch_id, chunk, first_seen)
     if lines.batch_id != batch_id:
@@ -250,7 +161,7 @@ def _read(batch: _Batch, db: Path, engine: Engine, batch_id: str, me: str) -> in
 
 def _superseded(db: Path, batch_id: str, batch: _Batch) -> BatchSummary:
     with writer(db) as con:
-        status = (ingestion.stored_batch(con, batch_id) or {}).get("status", "dropped")
+        status = (batch_state.stored_batch(con, batch_id) or {}).get("status", "dropped")
     note = f"batch {batch_id} was dropped or taken over by another reader while it was read: this reading stopped"
     return BatchSummary(batch_id, batch.kind, str(batch.path), 0, 0, 0, status=status, note=note)
 
@@ -263,11 +174,11 @@ def record_unread(
     it (and may drop it), and its bytes, seen again, are ingested. A batch that is no
     longer ``me``'s to record (dropped, ingested, or read by another) is left as it is."""
     with writer(db) as con:
-        done = ingestion.stored_batch(con, batch_id)
+        done = batch_state.stored_batch(con, batch_id)
         if done is not None and (done["status"] not in UNREAD or done["owner"] not in (None, me)):
             return BatchSummary(batch_id, batch.kind, str(batch.path), 0, 0, 0, status=done["status"], note=note)
-        ingestion.forget_batch(con, batch_id)
-        ingestion.record_unread(
+        batch_state.forget_batch(con, batch_id)
+        batch_state.record_unread(
             con, batch_id, batch.kind, batch.uarch, batch.app, str(batch.path), status, note, batch.at
         )
     return BatchSummary(batch_id, batch.kind, str(batch.path), 0, 0, 0, status=status, note=note)
@@ -278,9 +189,9 @@ def _ingest_chunk(con, engine: Engine, batch: _Batch, batch_id: str, chunk, firs
     its bad ones in ``quarantine`` with their reasons."""
     scale = UNITS[batch.unit]
     if batch.kind == "measurements":
-        good, bad = _measurement_rows(chunk, tuple(b / scale for b in THROUGHPUT_BOUNDS))
+        good, bad = measurement_rows(chunk, tuple(b / scale for b in THROUGHPUT_BOUNDS))
     else:
-        rows, bad = _split_rows(chunk, "frequency", True, first_seen)
+        rows, bad = split_rows(chunk, "frequency", True, first_seen)
         good = pl.DataFrame([(n, h, v) for n, _, h, v in rows], schema=GOOD, orient="row")
     raw = dict(chunk)
     hexes = good["hex"].unique().to_list()

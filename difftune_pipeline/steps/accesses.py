@@ -12,7 +12,7 @@ import polars as pl
 
 from difftune_pipeline import harness
 from difftune_pipeline.steps.context import SPLITS, StepContext
-from difftune_pipeline.warehouse import ingestion, writer
+from difftune_pipeline.warehouse import harness_records, writer
 
 CHUNK = 500  # blocks per transaction
 
@@ -21,7 +21,7 @@ def record_accesses(ctx: StepContext) -> dict:
     """Emulates the µarch's measured blocks not yet recorded under the harness model."""
     name = ctx.harness
     blocks = {b: block for split in SPLITS for b, block in ctx.blocks(split, attach=False)[1].items()}
-    done = ingestion.harness_recorded(ctx.db, name)
+    done = harness_records.harness_recorded(ctx.db, name)
     todo = sorted(b for b in blocks if b not in done)
     for start in range(0, len(todo), CHUNK):
         status, accesses = [], []
@@ -32,8 +32,8 @@ def record_accesses(ctx: StepContext) -> dict:
             status.append((block_id, name, got.harness, got.status, len(got.rows), seconds))
             accesses += [(block_id, name, seq, *row) for seq, row in enumerate(got.rows)]
         with writer(ctx.db) as con:
-            ingestion.save_accesses(con, _frame(status, STATUS_SCHEMA), _frame(accesses, ACCESS_SCHEMA))
-    summary = ingestion.harness_summary(ctx.db, name, list(blocks))
+            harness_records.save_accesses(con, _frame(status, STATUS_SCHEMA), _frame(accesses, ACCESS_SCHEMA))
+    summary = harness_records.harness_summary(ctx.db, name, list(blocks))
     return {"harness": name, "blocks": len(blocks), "new": len(todo), **summary}
 
 

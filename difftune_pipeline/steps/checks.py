@@ -6,11 +6,11 @@ from __future__ import annotations
 from difftune_pipeline import quality
 from difftune_pipeline.engine import Engine
 from difftune_pipeline.engine.reference import llvm_mca_many
-from difftune_pipeline.warehouse import ingestion
+from difftune_pipeline.warehouse import batch_state, ingestion
 
 
 def measurement_sanity(db, batch_ids: list[str]) -> quality.Verdict:
-    return quality.measurement_sanity(ingestion.batch_statuses(db, batch_ids) if batch_ids else None, batch_ids)
+    return quality.measurement_sanity(batch_state.batch_statuses(db, batch_ids) if batch_ids else None, batch_ids)
 
 
 def engine_exactness(db, engine: Engine) -> quality.Verdict:

@@ -18,7 +18,7 @@ from difftune_pipeline.engine import Engine, ParamTable, extended
 from difftune_pipeline.model.metrics import kendall_tau, mape
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.model.sampling import SampledTable, sampled_tables
-from difftune_pipeline.warehouse import ingestion, simulation_files, tables
+from difftune_pipeline.warehouse import harness_records, ingestion, simulation_files, tables
 
 SPLITS = ("train", "val", "test")
 
@@ -113,9 +113,9 @@ class StepContext:
 
     def _with_accesses(self, blocks: dict) -> dict:
         name = self.harness
-        status = ingestion.harness_status(self.db, name, list(blocks))
+        status = harness_records.harness_status(self.db, name, list(blocks))
         rows: dict[str, list] = collections.defaultdict(list)
-        for b, it, i, a, n, st in ingestion.harness_accesses(self.db, name, list(blocks)).iter_rows():
+        for b, it, i, a, n, st in harness_records.harness_accesses(self.db, name, list(blocks)).iter_rows():
             rows[b].append((it, i, a, n, st))
         stored = {b: harness.Accesses(addr, tuple(rows[b]), s) for b, addr, s in status.iter_rows()}
         return {b: (stored.get(b) or harness.accesses(block, name)).attach(block) for b, block in blocks.items()}

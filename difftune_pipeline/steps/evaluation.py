@@ -11,7 +11,7 @@ from difftune_pipeline.model.metrics import metrics_by_slice, slices
 from difftune_pipeline.reporting.compare import by_measure, changed_parameters, three_tables, worse_share
 from difftune_pipeline.reporting.report import explained_blocks, load_figures, save_figures, scatter_png
 from difftune_pipeline.steps.context import CODE_VERSIONS, StepContext, fingerprint
-from difftune_pipeline.warehouse import connection, evaluation, ingestion, insert_new, tables, writer
+from difftune_pipeline.warehouse import connection, evaluation, harness_records, ingestion, insert_new, tables, writer
 from difftune_pipeline.warehouse.simulations import PREDICTED
 
 
@@ -73,7 +73,9 @@ def evaluate(ctx: StepContext, table_ids: list[str]) -> pl.DataFrame:
 def _store_load(ctx: StepContext) -> pl.DataFrame:
     """``mem:store_load``: blocks in which a load reads bytes an earlier store
     wrote, at the addresses the harness model recorded."""
-    return ingestion.aliasing_blocks(ctx.db, ctx.harness).select("block_id", pl.lit("mem:store_load").alias("slice"))
+    return harness_records.aliasing_blocks(ctx.db, ctx.harness).select(
+        "block_id", pl.lit("mem:store_load").alias("slice")
+    )
 
 
 def _x87_assists(frame: pl.DataFrame) -> pl.DataFrame:

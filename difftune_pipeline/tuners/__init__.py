@@ -7,9 +7,10 @@ ends with ``Pruning`` when its configuration is given (the pipeline gives it).""
 from collections.abc import Callable
 
 from difftune_pipeline.tuners.base import FromDefault, Problem, Repeated, SurrogateView, Tuner, run
+from difftune_pipeline.tuners.direct import DirectSearch
 from difftune_pipeline.tuners.gradient import SurrogateTuner, TuneConfig
 from difftune_pipeline.tuners.pruning import PruneConfig, Pruning
-from difftune_pipeline.tuners.search import DirectSearch, SearchConfig
+from difftune_pipeline.tuners.search import SearchConfig
 
 
 def again(search: SearchConfig) -> list[Tuner]:

@@ -1,4 +1,4 @@
-"""The direct-search tuner: coordinate descent over per-opcode parameters on the engine itself.
+"""The coordinate search on the engine itself (its rounds: ``direct``): per-opcode parameters, one move at a time.
 
 Each move changes one parameter row (latency of every def, µops, one
 ReadAdvance entry, the cycles of one resource the row uses) and is scored by
@@ -19,19 +19,13 @@ engine still accepts or refuses them: the combination of the two.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
 from difftune_pipeline.engine import LIMITS, Engine, ParamTable, mechanisms
-from difftune_pipeline.engine.table import canonical_row
-from difftune_pipeline.tuners.base import FAILED_ERROR, Problem, check_prior, log_scale, sibling_groups
-from difftune_pipeline.tuners.gradient import gradient
-
-Proposer = Callable[[str, dict], list]
+from difftune_pipeline.tuners.base import FAILED_ERROR, check_prior, log_scale, sibling_groups
+from difftune_pipeline.tuners.moves import Proposer, distance, moves
 
 
 @dataclass
@@ -56,78 +50,6 @@ class SearchConfig:
         check_prior("search.prior", self.prior)
         if self.repeats < 0:
             raise ValueError(f"search.repeats must be at least 0, got {self.repeats}")
-
-
-def moves(row: dict, halving: bool = False) -> list[tuple[str, int, dict]]:
-    """Unit steps from ``row`` (and, with ``halving``, halving any value >= 4):
-    (columns of ``ParamSpace.columns``, comma-separated, step, new row) over the
-    resources the row lists. A µop and its resource's cycles also move together:
-    one at a time, a row can be stuck where neither alone helps (a pop reduced to
-    one load µop needs both fewer µops and no ALU cycle). Giving cycles to a
-    listed resource at 0 that partially overlaps one in use is refused by the
-    engine: such a move fails its blocks and is never accepted."""
-    out = []
-    half = lambda v: [v // 2 - v] if halving and v >= 4 else []  # noqa: E731
-    uses_ports = any(c > 0 for c in row["ports"].values())  # then µops must stay ≥ 1
-    for d in [-1, 1, 2] + half(row["latency"][0] if row["latency"] else 0):
-        lat = [v + d for v in row["latency"]]
-        if row["latency"] and min(lat) >= 0:
-            out.append(("latency", d, {**row, "latency": lat}))
-    for d in [-1, 1] + half(row["uops"]):
-        uops = row["uops"] + d
-        if uops >= (1 if uses_ports else 0):
-            out.append(("uops", d, {**row, "uops": uops}))
-    for i, (use, write, cycles) in enumerate(row["read_advance"]):
-        for d in (-1, 1):
-            ra = [list(e) for e in row["read_advance"]]
-            ra[i] = [use, write, cycles + d]
-            out.append((f"read_advance[{use}]", d, {**row, "read_advance": ra}))
-    for res, cycles in row["ports"].items():
-        for d in [-1, 1] + half(cycles):
-            if cycles + d >= 0:
-                out.append((f"port:{res}", d, {**row, "ports": {**row["ports"], res: cycles + d}}))
-        for d in (-1, 1):  # a whole µop on that resource: µops and its cycles together
-            ports = {**row["ports"], res: cycles + d}
-            if cycles + d >= 0 and row["uops"] + d >= (1 if any(c > 0 for c in ports.values()) else 0):
-                out.append((f"uops,port:{res}", d, {**row, "uops": row["uops"] + d, "ports": ports}))
-    return [(column, d, canonical_row(r)) for column, d, r in out]
-
-
-def distance(row: dict, reference: dict) -> float:
-    """How far a row is from its reference, summed over its latencies, µops,
-    resource cycles and ReadAdvance cycles in ``log_scale`` units."""
-    ports = sorted(set(row["ports"]) | set(reference["ports"]))  # one order: the sum is the same in every process
-    advance = {(u, w): c for u, w, c in reference["read_advance"]}
-    own = {(u, w): c for u, w, c in row["read_advance"]}
-    mine, theirs = np.array(
-        [
-            *zip(row["latency"], reference["latency"]),
-            (row["uops"], reference["uops"]),
-            *((row["ports"].get(p, 0), reference["ports"].get(p, 0)) for p in ports),
-            *((own.get(k, 0), advance.get(k, 0)) for k in sorted(set(own) | set(advance))),
-        ]
-    ).T
-    return float(np.abs(log_scale(mine) - log_scale(theirs)).sum())
-
-
-def gradient_proposer(grad: dict[str, np.ndarray], columns: list[str], top: int = 3, halving: bool = False):
-    """Moves ranked by the gain a surrogate's gradient predicts (``-grad · step``),
-    the ``top`` best with a positive predicted gain: the surrogate proposes, the
-    engine decides."""
-    col = {c: i for i, c in enumerate(columns)}
-
-    def propose(key: str, row: dict) -> list[tuple[str, int, dict]]:
-        g = grad.get(key)
-        if g is None:
-            return []
-        scored = [
-            (-sum(g[col[p]] for p in c.split(",")) * d, c, d, r)
-            for c, d, r in moves(row, halving)
-            if all(p in col for p in c.split(","))
-        ]
-        return [(c, d, r) for gain, c, d, r in sorted(scored, key=lambda x: -x[0])[:top] if gain > 0]
-
-    return propose
 
 
 class Search:
@@ -313,100 +235,3 @@ class Search:
     @property
     def train_mape(self) -> float:
         return float(self.error.mean())
-
-
-def search(
-    engine: Engine,
-    blocks: list,
-    measured: np.ndarray,
-    default: ParamTable,
-    score: Callable[[ParamTable], float],
-    config: SearchConfig,
-    start: ParamTable | None = None,
-    proposer: Callable[[ParamTable], Proposer] | None = None,
-    log=print,
-    measure: str = "steady",
-) -> tuple[ParamTable, list[dict]]:
-    """Coordinate search from ``start`` (default: ``default``); returns the table
-    best on ``score`` (engine MAPE on val) among the start and each round's end.
-    ``proposer(current table)``, called each round, chooses the moves to try."""
-    t0 = time.perf_counter()
-    state = Search(engine, blocks, measured, default, config, start, measure)
-    best = state.full_table()
-    best_score = score(best)
-    history = [
-        {
-            "round": 0,
-            "simulations": state.spent,
-            "train_mape": state.train_mape,
-            "val_mape": best_score,
-            "changed_rows": len(state.changes),
-            "seconds": time.perf_counter() - t0,
-        }
-    ]
-    log(f"search: start train MAPE {100 * state.train_mape:.2f}%, val {100 * best_score:.2f}%")
-    for round_ in range(1, config.rounds + 1):
-        accepted = state.improve_globals()
-        mass = {k: state.error[idx].sum() for k, idx in state.index.items()}
-        propose = proposer(state.full_table()) if proposer else None
-        for key in sorted(mass, key=mass.get, reverse=True):
-            if state.spent >= config.budget:
-                break
-            accepted += state.improve_row(key, propose)
-        table = state.full_table()
-        val = score(table)
-        history.append(
-            {
-                "round": round_,
-                "simulations": state.spent,
-                "train_mape": state.train_mape,
-                "val_mape": val,
-                "changed_rows": len(state.changes),
-                "moves": len(accepted),
-                "seconds": time.perf_counter() - t0,
-            }
-        )
-        log(
-            f"search: round {round_}: {len(accepted)} moves, {state.spent} simulations, "
-            f"train MAPE {100 * state.train_mape:.2f}%, val {100 * val:.2f}%"
-        )
-        if val < best_score:
-            best, best_score = table, val
-        if not accepted or state.spent >= config.budget:
-            break
-    return best, history
-
-
-class DirectSearch:
-    """The search from the given table; with ``proposals = "surrogate"`` the
-    surrogate's gradient at the current table proposes the moves (each round)."""
-
-    stage: ClassVar[str] = "search"
-
-    def __init__(self, config: SearchConfig, proposals: str = "directed"):
-        if proposals not in ("directed", "surrogate"):
-            raise ValueError(f"unknown proposals {proposals!r}: directed or surrogate")
-        self.config, self.proposals = config, proposals
-        self.needs_surrogate = proposals == "surrogate"
-
-    def tune(self, start: ParamTable, problem: Problem) -> tuple[ParamTable, list[dict]]:
-        proposer = None
-        if self.needs_surrogate:
-            view = problem.surrogate
-
-            def proposer(table: ParamTable) -> Proposer:
-                grad = gradient(view.predict, len(problem.blocks), view.space, table, problem.measured)
-                return gradient_proposer(grad, view.space.columns, halving=self.config.halving)
-
-        return search(
-            problem.engine,
-            problem.blocks,
-            problem.measured,
-            problem.default,
-            problem.score,
-            self.config,
-            start=start,
-            proposer=proposer,
-            log=problem.log,
-            measure=problem.measure,
-        )

@@ -11,8 +11,7 @@ from datetime import datetime
 import duckdb
 import polars as pl
 
-from difftune_pipeline.warehouse.connection import Db, insert_new, now, query, scalar
-from difftune_pipeline.warehouse.versions import forget_versions
+from difftune_pipeline.warehouse.connection import Db, insert_new, query, scalar
 
 
 def measured_blocks(db: Db, uarch: str, splits: list[str]) -> pl.DataFrame:
@@ -72,25 +71,6 @@ def exactness_sample(db: Db, uarch: str, n: int = 40) -> list[str]:
     return frame["hex"].to_list()
 
 
-def batch_records(db: Db, batch_ids: list[str]) -> dict[str, dict]:
-    """batch id -> (status, and while it is ``ingesting``, who reads it and when it last
-    committed a chunk) of those of ``batch_ids`` the warehouse records."""
-    frame = query(
-        "SELECT batch_id, status, owner, status_at FROM batches WHERE batch_id IN (SELECT unnest(?))", db, [batch_ids]
-    )
-    return {r["batch_id"]: r for r in frame.to_dicts()}
-
-
-def batch_statuses(db: Db, batch_ids: list[str]) -> pl.DataFrame:
-    """Per batch: its status (and why), rows read, ingested and quarantined."""
-    return query(
-        "SELECT batch_id, source_file, status, status_reason, n_read, n_ingested, n_quarantined "
-        "FROM batches WHERE batch_id IN (SELECT unnest(?)) ORDER BY batch_id",
-        db,
-        [batch_ids],
-    )
-
-
 def implausible_measurements(con: duckdb.DuckDBPyConnection, batch_id: str, max_ipc: float) -> int:
     """How many measurements of a batch are above ``max_ipc`` instructions per cycle."""
     return scalar(
@@ -114,137 +94,6 @@ def quarantine_reasons(db: Db, top: int = 20) -> pl.DataFrame:
 def known_blocks(con: duckdb.DuckDBPyConnection, hexes: list[str]) -> dict[str, str | None]:
     """hex -> quarantine reason (None: decoded) of the blocks already stored."""
     return dict(con.execute("SELECT hex, reason FROM blocks WHERE hex IN (SELECT unnest(?))", [hexes]).fetchall())
-
-
-def stored_batch(con: duckdb.DuckDBPyConnection, batch_id: str) -> dict | None:
-    """A batch's record (rows read, ingested, quarantined, status, the reader holding it
-    while ``ingesting`` and when it last committed), or None."""
-    rows = con.execute(
-        "SELECT n_read, n_ingested, n_quarantined, status, owner, status_at FROM batches WHERE batch_id = ?",
-        [batch_id],
-    ).fetchall()
-    keys = ("n_read", "n_ingested", "n_quarantined", "status", "owner", "status_at")
-    return dict(zip(keys, rows[0])) if rows else None
-
-
-def begin_batch(
-    con: duckdb.DuckDBPyConnection,
-    batch_id: str,
-    kind: str,
-    uarch: str | None,
-    app: str | None,
-    source_file: str,
-    at: datetime,
-    owner: str,
-) -> None:
-    """The record of a batch whose rows ``owner`` adds, chunk by chunk: ``ingesting``,
-    so that none of them is usable before its verdict (``finish_batch``)."""
-    _insert_batch(con, [batch_id, kind, uarch, app, source_file, at, "ingesting", None, at, owner])
-
-
-def claim(con: duckdb.DuckDBPyConnection, batch_id: str, owner: str) -> bool:
-    """Whether ``owner`` still holds the ingesting batch (it was not dropped or taken
-    over), marking that it is alive; the chunk it commits with this is its own."""
-    return bool(
-        scalar(
-            con,
-            "UPDATE batches SET status_at = ? WHERE batch_id = ? AND status = 'ingesting' AND owner = ?",
-            [now(), batch_id, owner],
-        )
-    )
-
-
-def finish_batch(
-    con: duckdb.DuckDBPyConnection,
-    batch_id: str,
-    owner: str,
-    counts: tuple[int, int, int],
-    problems: list[str],
-    at: datetime,
-) -> bool:
-    """A batch ``owner`` read to its end, with its counts (read, ingested, quarantined)
-    and its sanity verdict: ``failed_sanity`` (and why) when there are ``problems``.
-    False when ``owner`` no longer holds it (nothing is changed then)."""
-    return bool(
-        scalar(
-            con,
-            "UPDATE batches SET n_read = ?, n_ingested = ?, n_quarantined = ?, status = ?, status_reason = ?, "
-            "status_at = ?, owner = NULL WHERE batch_id = ? AND status = 'ingesting' AND owner = ?",
-            [*counts, "failed_sanity" if problems else "ok", "; ".join(problems) or None, at, batch_id, owner],
-        )
-    )
-
-
-def record_unread(
-    con: duckdb.DuckDBPyConnection,
-    batch_id: str,
-    kind: str,
-    uarch: str | None,
-    app: str | None,
-    source_file: str,
-    status: str,
-    reason: str,
-    at: datetime,
-) -> None:
-    """A batch that ingested nothing because its bytes were gone or changed when read
-    (``status`` changed | vanished), with ``reason``."""
-    _insert_batch(con, [batch_id, kind, uarch, app, source_file, at, status, reason, at, None])
-
-
-def _insert_batch(con: duckdb.DuckDBPyConnection, values: list) -> None:
-    scalar(
-        con,
-        "INSERT INTO batches (batch_id, kind, uarch, app, source_file, n_read, n_ingested, n_quarantined, "
-        "ingested_at, status, status_reason, status_at, owner) VALUES (?, ?, ?, ?, ?, 0, 0, 0, ?, ?, ?, ?, ?)",
-        values,
-    )
-
-
-def forget_batch(con: duckdb.DuckDBPyConnection, batch_id: str) -> None:
-    """Whatever a batch that was never fully read added (``ingesting`` when its process
-    was killed), and its record when it is one of those: it is read again from nothing."""
-    unread = "SELECT batch_id FROM batches WHERE batch_id = ? AND status IN ('ingesting', 'changed', 'vanished')"
-    for table in ("measurements", "quarantine", "block_sources"):
-        con.execute(f"DELETE FROM {table} WHERE batch_id IN ({unread})", [batch_id])
-    con.execute(f"DELETE FROM batches WHERE batch_id IN ({unread})", [batch_id])
-
-
-def batches(db: Db) -> pl.DataFrame:
-    """Every batch, newest first, with the rows it still contributes."""
-    return query(
-        """
-        SELECT b.batch_id, b.kind, coalesce(b.uarch, b.app) AS scope, b.status, b.n_read, b.n_ingested,
-               b.n_quarantined, (SELECT count(*) FROM measurements m WHERE m.batch_id = b.batch_id)
-                 + (SELECT count(*) FROM block_sources s WHERE s.batch_id = b.batch_id) AS n_rows_now,
-               b.source_file, b.ingested_at, b.status_reason, b.status_at
-        FROM batches b ORDER BY b.ingested_at DESC, b.batch_id
-        """,
-        db,
-    )
-
-
-def drop_batch(con: duckdb.DuckDBPyConnection, batch_id: str, reason: str) -> dict:
-    """Withdraw a measurement batch: its measurements are deleted (each batch has
-    its own rows), its row stays with status 'dropped' (so its bytes are never
-    ingested again) and its quarantined lines stay. Blocks stay: other batches may
-    share them. Corpus batches are not withdrawn: a later file of the same
-    application may have supplied the same rows, which carry the first batch's id."""
-    found = con.execute("SELECT kind, status FROM batches WHERE batch_id = ?", [batch_id]).fetchall()
-    if not found:
-        raise KeyError(f"no batch {batch_id!r} in the warehouse (see `difftune batches list`)")
-    kind, status = found[0]
-    if kind != "measurements":
-        raise ValueError(f"batch {batch_id} is a {kind} batch: only measurement batches can be dropped")
-    if status == "dropped":
-        return {"batch_id": batch_id, "rows_removed": 0, "already_dropped": True}
-    removed = scalar(con, "DELETE FROM measurements WHERE batch_id = ?", [batch_id])
-    scalar(
-        con,
-        "UPDATE batches SET status = 'dropped', status_reason = ?, status_at = ? WHERE batch_id = ?",
-        [reason, now(), batch_id],
-    )
-    forget_versions(con, "measurements")  # what was materialised from its rows is not up to date
-    return {"batch_id": batch_id, "rows_removed": removed, "already_dropped": False}
 
 
 def add_measurements(
@@ -312,72 +161,3 @@ def blocks_without_split(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 def split_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     return dict(con.execute("SELECT split, count(*) FROM splits GROUP BY 1 ORDER BY 1").fetchall())
-
-
-def harness_recorded(db: Db, harness: str) -> set[str]:
-    """Blocks whose accesses are recorded under harness model ``harness``."""
-    return set(query("SELECT block_id FROM block_harness WHERE harness = ?", db, [harness])["block_id"].to_list())
-
-
-def save_accesses(con: duckdb.DuckDBPyConnection, status: pl.DataFrame, accesses: pl.DataFrame) -> None:
-    """Blocks' accesses and how their harness model fared (rows already there are kept)."""
-    insert_new(con, "block_accesses", accesses, ["block_id", "harness", "seq"])
-    insert_new(con, "block_harness", status, ["block_id", "harness"])
-
-
-def harness_status(db: Db, harness: str, block_ids: list[str]) -> pl.DataFrame:
-    return query(
-        "SELECT block_id, addresses, status FROM block_harness WHERE harness = ? AND block_id IN (SELECT unnest(?))",
-        db,
-        [harness, block_ids],
-    )
-
-
-def harness_accesses(db: Db, harness: str, block_ids: list[str]) -> pl.DataFrame:
-    return query(
-        """
-        SELECT block_id, iteration, instr, address, bytes, is_store FROM block_accesses
-        WHERE harness = ? AND block_id IN (SELECT unnest(?)) ORDER BY block_id, seq
-        """,
-        db,
-        [harness, block_ids],
-    )
-
-
-def harness_summary(db: Db, harness: str, block_ids: list[str]) -> dict:
-    """Of ``block_ids``: how many ran under the harness model, how many fell back
-    (the commonest reasons) and the emulation's mean cost."""
-    frame = query(
-        """
-        SELECT addresses, regexp_replace(status, ' at instruction.*| \\(.*', '') AS reason, count(*) AS n,
-               sum(seconds) AS seconds
-        FROM block_harness WHERE harness = ? AND block_id IN (SELECT unnest(?)) GROUP BY ALL ORDER BY n DESC
-        """,
-        db,
-        [harness, block_ids],
-    )
-    n = int(frame["n"].sum()) if frame.height else 0
-    emulated = int(frame.filter(pl.col("addresses") == harness)["n"].sum()) if frame.height else 0
-    return {
-        "recorded": n,
-        "emulated": emulated,
-        "fallbacks": {r: int(c) for r, c in frame.filter(pl.col("reason") != "ok").select("reason", "n").iter_rows()},
-        "ms_per_block": 1e3 * float(frame["seconds"].sum()) / n if n else 0.0,
-    }
-
-
-def aliasing_blocks(db: Db, harness: str) -> pl.DataFrame:
-    """Blocks in which a load reads bytes a store of the block wrote (any
-    iteration), under harness model ``harness``: (block_id, loads, stores) counts
-    of the overlapping accesses."""
-    return query(
-        """
-        SELECT l.block_id, count(DISTINCT l.seq) AS loads, count(DISTINCT s.seq) AS stores
-        FROM block_accesses l JOIN block_accesses s
-          ON l.block_id = s.block_id AND l.harness = s.harness AND s.is_store AND NOT l.is_store
-         AND l.address < s.address + s.bytes AND s.address < l.address + l.bytes
-        WHERE l.harness = ? GROUP BY l.block_id ORDER BY l.block_id
-        """,
-        db,
-        [harness],
-    )

@@ -4,112 +4,11 @@ each in its own transaction, so an old warehouse file is upgraded in place."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
 
-from difftune_pipeline.warehouse.simulation_files import (
-    CHUNK_COLUMNS,
-    SCHEMA,
-    ChunkWriter,
-    chunk_key,
-    default_root,
-    filesystem,
-    resolve,
-)
-
-
-def _simulations_as_files(con: duckdb.DuckDBPyConnection, db: Path) -> None:
-    """Simulations move from a table to Parquet files recorded in ``simulation_chunks``
-    (``simulation_files``): each (table, shard) of the old table becomes one chunk's file
-    beside the warehouse, and the table is dropped."""
-    con.execute(
-        """
-        CREATE TABLE IF NOT EXISTS simulation_chunks (
-            chunk_key  VARCHAR PRIMARY KEY,   -- what it simulated: µarch, LLVM, iterations, table, its blocks
-            mcpu       VARCHAR NOT NULL,
-            table_id   VARCHAR NOT NULL,
-            iterations INTEGER NOT NULL,
-            shard      VARCHAR NOT NULL,
-            file       VARCHAR NOT NULL,      -- relative to the warehouse's folder, or a URI
-            rows       BIGINT NOT NULL,
-            failed     BIGINT NOT NULL,       -- rows whose status is not ok
-            bytes      BIGINT NOT NULL,
-            sha256     VARCHAR NOT NULL,      -- of the file's bytes
-            recorded_at TIMESTAMP NOT NULL
-        )
-        """
-    )
-    if not con.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = 'simulations'").fetchall():
-        return
-    groups = con.execute(
-        "SELECT DISTINCT mcpu, llvm_version, iterations, table_id, shard FROM simulations ORDER BY ALL"
-    ).fetchall()
-    root = default_root(db)
-    had = {
-        c
-        for (c,) in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'simulations'").fetchall()
-    }
-    columns = ", ".join(c if c in had else f"NULL AS {c}" for c in SCHEMA.names)  # a column files gained since: null
-    for mcpu, llvm_version, iterations, table_id, shard in groups:
-        frame = (
-            con.sql(
-                f"SELECT {columns} FROM simulations WHERE mcpu = ? AND llvm_version = ? "
-                "AND iterations = ? AND table_id = ? AND shard = ? ORDER BY block_id",
-                params=[mcpu, llvm_version, iterations, table_id, shard],
-            )
-            .to_arrow_table()
-            .cast(SCHEMA)
-        )
-        key = chunk_key(mcpu, llvm_version, iterations, table_id, frame["block_id"].to_pylist())
-        record = ChunkWriter(root, str(db), mcpu, llvm_version, iterations, shard).write(key, table_id, frame)
-        con.execute(
-            "INSERT INTO simulation_chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [*(record[c] for c in CHUNK_COLUMNS), datetime.now(UTC).replace(tzinfo=None)],
-        )
-    con.execute("DROP TABLE simulations")
-
-
-def _steady_state(con: duckdb.DuckDBPyConnection, db: Path) -> None:
-    """Simulations, predictions and evaluations hold the steady state beside llvm-mca's
-    Total Cycles (``engine.SimResult``). What was stored before has no steady state and
-    is derived data: the chunks' files are removed and their records forgotten (their
-    shards simulate them again), and predictions and evaluations are computed again by
-    the next evaluation; an evaluation row now names the measure it scored."""
-    if con.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = 'simulation_chunks'").fetchall():
-        for (file,) in con.execute("SELECT file FROM simulation_chunks").fetchall():
-            fs, path = filesystem(resolve(db, file))
-            try:
-                fs.delete_file(path)
-            except FileNotFoundError:
-                pass
-        con.execute("DELETE FROM simulation_chunks")
-    con.execute(
-        """
-        DELETE FROM predictions;
-        -- cycles per 100 iterations in steady state
-        ALTER TABLE predictions ADD COLUMN IF NOT EXISTS steady_cycles_per_100 DOUBLE;
-        DROP TABLE evaluations;
-        CREATE TABLE evaluations (
-            table_id   VARCHAR NOT NULL,
-            uarch      VARCHAR NOT NULL,
-            measure    VARCHAR NOT NULL,      -- what was scored: steady (BHive's quantity) | total (Total Cycles)
-            split      VARCHAR NOT NULL,
-            slice      VARCHAR NOT NULL,
-            n          BIGINT NOT NULL,
-            mape       DOUBLE,
-            kendall_tau DOUBLE,
-            evaluated_at TIMESTAMP NOT NULL,
-            mean_signed_error DOUBLE,
-            PRIMARY KEY (table_id, uarch, measure, split, slice)
-        );
-        ALTER TABLE comparisons ADD COLUMN IF NOT EXISTS measure VARCHAR DEFAULT 'total';  -- what the comparison scored
-        -- the share of test blocks the learned table predicts more than 20 points worse than the default table
-        ALTER TABLE comparisons ADD COLUMN IF NOT EXISTS test_worse_share DOUBLE;
-        """
-    )
-
+from difftune_pipeline.warehouse.data_migrations import simulations_as_files, steady_state
 
 # Each entry migrates the schema from version i to i + 1.
 MIGRATIONS: list[str | Callable[[duckdb.DuckDBPyConnection, Path], None]] = [
@@ -329,8 +228,8 @@ MIGRATIONS: list[str | Callable[[duckdb.DuckDBPyConnection, Path], None]] = [
         PRIMARY KEY (uarch, block_id, slice)
     );
     """,
-    _simulations_as_files,
-    _steady_state,
+    simulations_as_files,
+    steady_state,
     """
     -- The front end's stall on a length-changing prefix: tables stored before it get
     -- its default (extended.py), so that they load again.

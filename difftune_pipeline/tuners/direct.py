@@ -1,0 +1,114 @@
+"""The direct-search tuner as the pipeline runs it: rounds of the coordinate
+search (search.Search) over the rows by the error they carry and over the
+globals, the table scored on val after each round, the best on val kept."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import ClassVar
+
+import numpy as np
+
+from difftune_pipeline.engine import Engine, ParamTable
+from difftune_pipeline.tuners.base import Problem
+from difftune_pipeline.tuners.gradient import gradient
+from difftune_pipeline.tuners.moves import Proposer, gradient_proposer
+from difftune_pipeline.tuners.search import Search, SearchConfig
+
+
+def search(
+    engine: Engine,
+    blocks: list,
+    measured: np.ndarray,
+    default: ParamTable,
+    score: Callable[[ParamTable], float],
+    config: SearchConfig,
+    start: ParamTable | None = None,
+    proposer: Callable[[ParamTable], Proposer] | None = None,
+    log=print,
+    measure: str = "steady",
+) -> tuple[ParamTable, list[dict]]:
+    """Coordinate search from ``start`` (default: ``default``); returns the table
+    best on ``score`` (engine MAPE on val) among the start and each round's end.
+    ``proposer(current table)``, called each round, chooses the moves to try."""
+    t0 = time.perf_counter()
+    state = Search(engine, blocks, measured, default, config, start, measure)
+    best = state.full_table()
+    best_score = score(best)
+    history = [
+        {
+            "round": 0,
+            "simulations": state.spent,
+            "train_mape": state.train_mape,
+            "val_mape": best_score,
+            "changed_rows": len(state.changes),
+            "seconds": time.perf_counter() - t0,
+        }
+    ]
+    log(f"search: start train MAPE {100 * state.train_mape:.2f}%, val {100 * best_score:.2f}%")
+    for round_ in range(1, config.rounds + 1):
+        accepted = state.improve_globals()
+        mass = {k: state.error[idx].sum() for k, idx in state.index.items()}
+        propose = proposer(state.full_table()) if proposer else None
+        for key in sorted(mass, key=mass.get, reverse=True):
+            if state.spent >= config.budget:
+                break
+            accepted += state.improve_row(key, propose)
+        table = state.full_table()
+        val = score(table)
+        history.append(
+            {
+                "round": round_,
+                "simulations": state.spent,
+                "train_mape": state.train_mape,
+                "val_mape": val,
+                "changed_rows": len(state.changes),
+                "moves": len(accepted),
+                "seconds": time.perf_counter() - t0,
+            }
+        )
+        log(
+            f"search: round {round_}: {len(accepted)} moves, {state.spent} simulations, "
+            f"train MAPE {100 * state.train_mape:.2f}%, val {100 * val:.2f}%"
+        )
+        if val < best_score:
+            best, best_score = table, val
+        if not accepted or state.spent >= config.budget:
+            break
+    return best, history
+
+
+class DirectSearch:
+    """The search from the given table; with ``proposals = "surrogate"`` the
+    surrogate's gradient at the current table proposes the moves (each round)."""
+
+    stage: ClassVar[str] = "search"
+
+    def __init__(self, config: SearchConfig, proposals: str = "directed"):
+        if proposals not in ("directed", "surrogate"):
+            raise ValueError(f"unknown proposals {proposals!r}: directed or surrogate")
+        self.config, self.proposals = config, proposals
+        self.needs_surrogate = proposals == "surrogate"
+
+    def tune(self, start: ParamTable, problem: Problem) -> tuple[ParamTable, list[dict]]:
+        proposer = None
+        if self.needs_surrogate:
+            view = problem.surrogate
+
+            def proposer(table: ParamTable) -> Proposer:
+                grad = gradient(view.predict, len(problem.blocks), view.space, table, problem.measured)
+                return gradient_proposer(grad, view.space.columns, halving=self.config.halving)
+
+        return search(
+            problem.engine,
+            problem.blocks,
+            problem.measured,
+            problem.default,
+            problem.score,
+            self.config,
+            start=start,
+            proposer=proposer,
+            log=problem.log,
+            measure=problem.measure,
+        )

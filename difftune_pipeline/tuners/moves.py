@@ -1,0 +1,87 @@
+"""The moves a coordinate search tries on one parameter row: each changes one
+value (every def's latency, µops, one ReadAdvance entry, one resource's cycles),
+in the direction the data asks or the one a surrogate's gradient proposes; and
+how far a row has moved from its default (the prior's price)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from difftune_pipeline.engine.table import canonical_row
+from difftune_pipeline.tuners.base import log_scale
+
+Proposer = Callable[[str, dict], list]
+
+
+def moves(row: dict, halving: bool = False) -> list[tuple[str, int, dict]]:
+    """Unit steps from ``row`` (and, with ``halving``, halving any value >= 4):
+    (columns of ``ParamSpace.columns``, comma-separated, step, new row) over the
+    resources the row lists. A µop and its resource's cycles also move together:
+    one at a time, a row can be stuck where neither alone helps (a pop reduced to
+    one load µop needs both fewer µops and no ALU cycle). Giving cycles to a
+    listed resource at 0 that partially overlaps one in use is refused by the
+    engine: such a move fails its blocks and is never accepted."""
+    out = []
+    half = lambda v: [v // 2 - v] if halving and v >= 4 else []  # noqa: E731
+    uses_ports = any(c > 0 for c in row["ports"].values())  # then µops must stay ≥ 1
+    for d in [-1, 1, 2] + half(row["latency"][0] if row["latency"] else 0):
+        lat = [v + d for v in row["latency"]]
+        if row["latency"] and min(lat) >= 0:
+            out.append(("latency", d, {**row, "latency": lat}))
+    for d in [-1, 1] + half(row["uops"]):
+        uops = row["uops"] + d
+        if uops >= (1 if uses_ports else 0):
+            out.append(("uops", d, {**row, "uops": uops}))
+    for i, (use, write, cycles) in enumerate(row["read_advance"]):
+        for d in (-1, 1):
+            ra = [list(e) for e in row["read_advance"]]
+            ra[i] = [use, write, cycles + d]
+            out.append((f"read_advance[{use}]", d, {**row, "read_advance": ra}))
+    for res, cycles in row["ports"].items():
+        for d in [-1, 1] + half(cycles):
+            if cycles + d >= 0:
+                out.append((f"port:{res}", d, {**row, "ports": {**row["ports"], res: cycles + d}}))
+        for d in (-1, 1):  # a whole µop on that resource: µops and its cycles together
+            ports = {**row["ports"], res: cycles + d}
+            if cycles + d >= 0 and row["uops"] + d >= (1 if any(c > 0 for c in ports.values()) else 0):
+                out.append((f"uops,port:{res}", d, {**row, "uops": row["uops"] + d, "ports": ports}))
+    return [(column, d, canonical_row(r)) for column, d, r in out]
+
+
+def distance(row: dict, reference: dict) -> float:
+    """How far a row is from its reference, summed over its latencies, µops,
+    resource cycles and ReadAdvance cycles in ``log_scale`` units."""
+    ports = sorted(set(row["ports"]) | set(reference["ports"]))  # one order: the sum is the same in every process
+    advance = {(u, w): c for u, w, c in reference["read_advance"]}
+    own = {(u, w): c for u, w, c in row["read_advance"]}
+    mine, theirs = np.array(
+        [
+            *zip(row["latency"], reference["latency"]),
+            (row["uops"], reference["uops"]),
+            *((row["ports"].get(p, 0), reference["ports"].get(p, 0)) for p in ports),
+            *((own.get(k, 0), advance.get(k, 0)) for k in sorted(set(own) | set(advance))),
+        ]
+    ).T
+    return float(np.abs(log_scale(mine) - log_scale(theirs)).sum())
+
+
+def gradient_proposer(grad: dict[str, np.ndarray], columns: list[str], top: int = 3, halving: bool = False):
+    """Moves ranked by the gain a surrogate's gradient predicts (``-grad · step``),
+    the ``top`` best with a positive predicted gain: the surrogate proposes, the
+    engine decides."""
+    col = {c: i for i, c in enumerate(columns)}
+
+    def propose(key: str, row: dict) -> list[tuple[str, int, dict]]:
+        g = grad.get(key)
+        if g is None:
+            return []
+        scored = [
+            (-sum(g[col[p]] for p in c.split(",")) * d, c, d, r)
+            for c, d, r in moves(row, halving)
+            if all(p in col for p in c.split(","))
+        ]
+        return [(c, d, r) for gain, c, d, r in sorted(scored, key=lambda x: -x[0])[:top] if gain > 0]
+
+    return propose
