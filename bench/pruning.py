@@ -58,11 +58,11 @@ def main() -> None:
             raise SystemExit(f"every block of BHive's {args.mcpu} file is in {args.warehouse}: no unseen blocks")
     frame, train = ctx.blocks("train")
     problem = Problem(
-        engine,
-        [train[b] for b in frame["block_id"]],
-        frame["cycles_per_100"].to_numpy(),
-        default,
-        lambda t: ctx.score(t, "val")[0],
+        engine=engine,
+        blocks=[train[b] for b in frame["block_id"]],
+        measured=frame["cycles_per_100"].to_numpy(),
+        default=default,
+        score=lambda t: ctx.score(t, "val")[0],
         log=lambda _: None,
         measure=ctx.settings.measure,
         val_blocks=data["val"][0],

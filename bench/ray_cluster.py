@@ -79,8 +79,8 @@ def main() -> None:
                 results[name] = out, time.perf_counter() - t0
             for name, (out, seconds) in results.items():
                 print(
-                    f"{name:<8} shard {args.shard}: {out['simulated']} pairs of {out['planned']} "
-                    f"({out['tables']} tables) in {seconds:.1f} s = {out['simulated'] / seconds:.1f} pairs/s"
+                    f"{name:<8} shard {args.shard}: {out.simulated} pairs of {out.planned} "
+                    f"({out.tables} tables) in {seconds:.1f} s = {out.simulated / seconds:.1f} pairs/s"
                 )
             ours = rows(on_ray)
             print(f"identical rows (block, table, cycles, status): {rows(on_threads) == ours} ({len(ours)} rows)")

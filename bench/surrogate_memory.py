@@ -36,7 +36,7 @@ from difftune_pipeline.engine import Engine
 db, uarch, overrides = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 t0 = time.perf_counter()
 out = steps.train_surrogate(steps.StepContext(db, Engine(uarch), settings_for("full", overrides)), log=lambda *_: None)
-print(json.dumps({"pairs": out["n_train"] + out["n_heldout"], "seconds": time.perf_counter() - t0,
+print(json.dumps({"pairs": out.n_train + out.n_heldout, "seconds": time.perf_counter() - t0,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 

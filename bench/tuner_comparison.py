@@ -89,7 +89,7 @@ def main() -> None:
     measured = train_frame["cycles_per_100"].to_numpy()
     val = lambda t: ctx.score(t, "val")[0]  # noqa: E731
     blocks = [train_blocks[b] for b in train_frame["block_id"]]
-    problem = Problem(ctx.engine, blocks, measured, default_all, val)
+    problem = Problem(engine=ctx.engine, blocks=blocks, measured=measured, default=default_all, score=val)
     rate = simulation_rate(ctx, space, default, sampled, train_blocks)
     n_sims = simulations.simulation_totals(args.db, [t.table_id for t in sampled])[0]
     budget = args.budget or n_sims

@@ -97,7 +97,13 @@ class DispatchWidthTuner:
 
 def test_a_second_start_from_the_default_wins_only_when_better_on_val(haswell):
     default = haswell.default_table()
-    problem = tuners.Problem(haswell, [], np.array([]), default, lambda t: abs(t.globals["dispatch_width"] - 5))
+    problem = tuners.Problem(
+        engine=haswell,
+        blocks=[],
+        measured=np.array([]),
+        default=default,
+        score=lambda t: abs(t.globals["dispatch_width"] - 5),
+    )
     second = tuners.FromDefault(DispatchWidthTuner())
     assert second.stage == "toy from default" and second.config == DispatchWidthTuner.config
     good, bad = default.copy(), default.copy()
@@ -125,7 +131,13 @@ def test_a_tuner_runs_again_from_its_result_while_val_falls(haswell):
     default = haswell.default_table()
     start = default.copy()
     start.globals["dispatch_width"] = 2
-    problem = tuners.Problem(haswell, [], np.array([]), default, lambda t: abs(t.globals["dispatch_width"] - 5))
+    problem = tuners.Problem(
+        engine=haswell,
+        blocks=[],
+        measured=np.array([]),
+        default=default,
+        score=lambda t: abs(t.globals["dispatch_width"] - 5),
+    )
     again = tuners.Repeated(StepTuner(), 10)
     assert again.stage == "step again" and again.config == {"tuner": StepTuner.config, "times": 10}
     found, history = again.tune(start, problem)
@@ -134,7 +146,7 @@ def test_a_tuner_runs_again_from_its_result_while_val_falls(haswell):
     capped, history = tuners.Repeated(StepTuner(), 2).tune(start, problem)
     assert capped.globals["dispatch_width"] == 4 and len(history) == 2
     # a run that only ties is no gain: the first one ends it and the start is kept
-    flat = tuners.Problem(haswell, [], np.array([]), default, lambda t: 1.0)
+    flat = tuners.Problem(engine=haswell, blocks=[], measured=np.array([]), default=default, score=lambda t: 1.0)
     kept, history = again.tune(start, flat)
     assert kept is start and len(history) == 1
 
@@ -147,9 +159,9 @@ def test_a_toy_tuner_is_one_class_and_one_line(haswell, warehouse, monkeypatch):
     ctx = steps.StepContext(str(warehouse), haswell, config.settings_for("sample", {"tuner": "toy"}))
     steps.default_params(ctx)
     out = steps.learn(ctx, log=lambda *_: None)
-    assert [h["stage"] for h in out["history"]] == ["toy"] * 5 + ["prune"]  # every composition ends pruned
-    assert out["learned_val_mape"] <= out["default_val_mape"]
-    learned, default = tables.load_table(warehouse, out["table_id"]), ctx.default_table()[1]
+    assert [h["stage"] for h in out.history] == ["toy"] * 5 + ["prune"]  # every composition ends pruned
+    assert out.learned_val_mape <= out.default_val_mape
+    learned, default = tables.load_table(warehouse, out.table_id), ctx.default_table()[1]
     # what the toy reached, or LLVM's where pruning's train check refuted it
     assert learned.globals["dispatch_width"] in (2, 3, 4, 5, 6, default.globals["dispatch_width"])
     assert learned.rows == default.rows

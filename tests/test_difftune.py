@@ -104,45 +104,45 @@ def _count(db, table):
 def test_stages_end_to_end_and_again_without_work(ctx, warehouse):
     steps.default_params(ctx)
     info = steps.sampled_tables(ctx)
-    assert info["tables"] == 4 and info["rows"] > 100
+    assert info.tables == 4 and info.rows > 100
     done = [steps.simulate_shard(ctx, s) for s in range(2)]
-    assert sum(d["simulated"] for d in done) == 4 * 150
+    assert sum(d.simulated for d in done) == 4 * 150
     run = steps.train_surrogate(ctx, log=lambda *_: None)
-    assert run["model"] == "structured" and 0 < run["heldout_mape"] < 0.25 and not run["reused"]
-    assert run["device"] == str(training_device())  # the GPU where torch sees one, else the CPU
+    assert run.model == "structured" and 0 < run.heldout_mape < 0.25 and not run.reused
+    assert run.device == str(training_device())  # the GPU where torch sees one, else the CPU
     learned = steps.learn(ctx, log=lambda *_: None)
     default_id, default = ctx.default_table()
-    assert learned["learned_val_mape"] <= learned["default_val_mape"]
-    evals = steps.evaluate(ctx, [default_id, learned["table_id"]])
+    assert learned.learned_val_mape <= learned.default_val_mape
+    evals = steps.evaluate(ctx, [default_id, learned.table_id])
     assert set(evals["split"]) == {"val", "test"}
     assert {"all", "len:1-4", "mem:memory", "mem:register"} <= set(evals["slice"])
     val = evals.filter((evals["split"] == "val") & (evals["slice"] == "all"))
     by_table = dict(zip(val["table_id"], val["mape"]))
-    assert by_table[learned["table_id"]] <= by_table[default_id] + 1e-12  # selected on val
-    ctx.engine.compile(tables.load_table(warehouse, learned["table_id"]))  # a valid table
+    assert by_table[learned.table_id] <= by_table[default_id] + 1e-12  # selected on val
+    ctx.engine.compile(tables.load_table(warehouse, learned.table_id))  # a valid table
 
     counts = {
         t: _count(warehouse, t)
         for t in ("param_tables", "param_values", "simulations", "surrogate_runs", "predictions", "evaluations")
     }
-    assert not steps.default_params(ctx)["new"]
-    assert steps.sampled_tables(ctx)["new_tables"] == 0
-    assert all(steps.simulate_shard(ctx, s)["simulated"] == 0 for s in range(2))
-    assert steps.train_surrogate(ctx)["reused"]
+    assert not steps.default_params(ctx).new
+    assert steps.sampled_tables(ctx).new_tables == 0
+    assert all(steps.simulate_shard(ctx, s).simulated == 0 for s in range(2))
+    assert steps.train_surrogate(ctx).reused
     again = steps.learn(ctx)
-    assert again["reused"] and again["learned_val_mape"] == learned["learned_val_mape"]
-    steps.evaluate(ctx, [default_id, learned["table_id"]])
+    assert again.reused and again.learned_val_mape == learned.learned_val_mape
+    steps.evaluate(ctx, [default_id, learned.table_id])
     assert {t: _count(warehouse, t) for t in counts} == counts
 
 
 def test_accesses_are_recorded_once_and_the_model_is_chosen_on_val(fresh, warehouse):
     ctx = fresh
     out = steps.record_accesses(ctx)
-    assert out["new"] == out["blocks"] == out["recorded"] > 1000 and out["harness"] == "bhive"
-    assert out["emulated"] + sum(out["fallbacks"].values()) == out["blocks"]
-    assert all(reason.startswith("emulation failed") for reason in out["fallbacks"])
+    assert out.new == out.blocks == out.recorded > 1000 and out.harness == "bhive"
+    assert out.emulated + sum(out.fallbacks.values()) == out.blocks
+    assert all(reason.startswith("emulation failed") for reason in out.fallbacks)
     rows = _count(warehouse, "block_accesses")
-    assert steps.record_accesses(ctx)["new"] == 0 and _count(warehouse, "block_accesses") == rows  # idempotent
+    assert steps.record_accesses(ctx).new == 0 and _count(warehouse, "block_accesses") == rows  # idempotent
     aliasing = harness_records.aliasing_blocks(warehouse, "bhive")
     assert aliasing.height > 10  # BHive's harness makes many loads read what a store wrote
     _, blocks = ctx.blocks("val")
@@ -161,9 +161,9 @@ def test_accesses_are_recorded_once_and_the_model_is_chosen_on_val(fresh, wareho
     assert list(scores) == list(candidates)  # every candidate scored, simplest first
     chosen = next(name for name, m in candidates.items() if m == mechanisms)
     assert scores[chosen] == min(scores.values()) and harness_name == "bhive"  # ties: printed to 4 places
-    assert out["model"] == ctx.default_table()[1].model
+    assert out.model == ctx.default_table()[1].model
     later = steps.StepContext(ctx.db, ctx.engine, ctx.settings)  # a step after default_params, in another run
-    assert later.model() == (mechanisms, "bhive", f"auto: as default_params chose ({out['table_id']})")
+    assert later.model() == (mechanisms, "bhive", f"auto: as default_params chose ({out.table_id})")
     assert later.default_table() == ctx.default_table()
 
 
@@ -196,7 +196,7 @@ def test_interrupted_simulation_resumes_without_loss_or_duplicates(ctx, warehous
     assert partial == 150  # the first table's two chunks (100 + 50 blocks), simulated in one call
     monkeypatch.setattr(Engine, "simulate_pairs", real)
     out = steps.simulate_shard(one, 0, chunk=100)
-    assert (out["planned"], out["already_done"], out["simulated"]) == (600, 150, 450)
+    assert (out.planned, out.already_done, out.simulated) == (600, 150, 450)
     assert _count(warehouse, "simulations") == 600
     dupes = store.query(
         "SELECT count(*) FROM (SELECT block_id, table_id FROM simulations GROUP BY ALL HAVING count(*) > 1)", warehouse
@@ -230,7 +230,7 @@ def test_a_killed_simulation_step_resumes_without_loss_or_duplicates(ctx, wareho
     recorded = _count(warehouse, "simulations")
     assert 0 < recorded < 600
     out = steps.simulate_shard(one, 0, chunk=10)
-    assert (out["planned"], out["already_done"], out["simulated"]) == (600, recorded, 600 - recorded)
+    assert (out.planned, out.already_done, out.simulated) == (600, recorded, 600 - recorded)
     assert _count(warehouse, "simulations") == 600
     dupes = store.query(
         "SELECT count(*) FROM (SELECT block_id, table_id FROM simulations GROUP BY ALL HAVING count(*) > 1)", warehouse
@@ -250,7 +250,7 @@ def test_a_chunk_file_deleted_or_truncated_is_simulated_again(ctx, warehouse):
     with pytest.raises(OSError, match="2 recorded simulation chunk file.*damaged or gone, e.g. "):  # named
         store.query("SELECT count(*) FROM Simulations", warehouse)
     again = steps.simulate_shard(ctx, 0, chunk=40)
-    assert again["damaged_chunks_redone"] == 2 and 0 < again["simulated"] <= 80
+    assert again.damaged_chunks_redone == 2 and 0 < again.simulated <= 80
     assert store.query("SELECT * FROM simulations ORDER BY ALL", warehouse).rows() == rows  # the same, once each
 
 
@@ -285,14 +285,14 @@ def test_a_chunk_file_altered_in_place_is_never_learned_from(ctx, warehouse):
         simulations_store.verified(warehouse, tables)
     assert store.query("SELECT count(*) FROM simulation_chunks", warehouse).item() == len(files) - 1  # forgotten
     again = steps.simulate_shard(ctx, 0, chunk=40)
-    assert again["simulated"] == sizes[0] and again["damaged_chunks_redone"] == 0
+    assert again.simulated == sizes[0] and again.damaged_chunks_redone == 0
     assert store.query("SELECT * FROM simulations ORDER BY ALL", warehouse).rows() == rows
     simulations_store.verified(warehouse, tables)  # whole again
 
     _flip_a_cycles_byte(files[1])  # found by the shard itself too: named, forgotten, simulated again
     lines = []
     out = steps.simulate_shard(ctx, 0, chunk=40, log=lines.append)
-    assert out["damaged_chunks_redone"] == 1 and out["simulated"] == sizes[1]
+    assert out.damaged_chunks_redone == 1 and out.simulated == sizes[1]
     assert len(lines) == 1 and str(files[1]) in lines[0] and "simulated again" in lines[0]
     assert store.query("SELECT * FROM simulations ORDER BY ALL", warehouse).rows() == rows
 
@@ -415,9 +415,9 @@ def test_a_tuning_change_reuses_the_surrogate_and_relearns(simulated):
     first = steps.train_surrogate(ctx, log=lambda *_: None)
     learned = steps.learn(ctx, log=lambda *_: None)
     retuned = steps.StepContext(ctx.db, ctx.engine, override(TINY, {"tune.steps": 3}))
-    assert steps.train_surrogate(retuned)["run_id"] == first["run_id"] and steps.train_surrogate(retuned)["reused"]
+    assert steps.train_surrogate(retuned).run_id == first.run_id and steps.train_surrogate(retuned).reused
     again = steps.learn(retuned, log=lambda *_: None)
-    assert not again["reused"] and again["table_id"] != learned["table_id"]
+    assert not again.reused and again.table_id != learned.table_id
 
 
 @pytest.mark.parametrize(
@@ -435,13 +435,13 @@ def test_each_surrogate_and_tuner_learns_a_valid_table_no_worse_on_val(simulated
     again = {"search.repeats": 2} if tuner == "combined+direct" else {}  # the full profile: 4
     chosen = steps.StepContext(ctx.db, ctx.engine, override(TINY, {"surrogate_model": model, "tuner": tuner, **again}))
     run = steps.train_surrogate(chosen, log=lambda *_: None)
-    assert run["model"] == model and run["heldout_mape"] < 1.0
+    assert run.model == model and run.heldout_mape < 1.0
     out = steps.learn(chosen, log=lambda *_: None)
-    learned = tables.load_table(ctx.db, out["table_id"])
+    learned = tables.load_table(ctx.db, out.table_id)
     ctx.engine.compile(learned)
     _, default = chosen.default_table()
     assert chosen.score(learned, "val")[0] <= chosen.score(default, "val")[0] + 1e-12
-    ran = {h["stage"] for h in out["history"]}
+    ran = {h["stage"] for h in out.history}
     assert (
         ran
         == {
@@ -452,9 +452,9 @@ def test_each_surrogate_and_tuner_learns_a_valid_table_no_worse_on_val(simulated
         }[tuner]
     )
     # per stage, what it gained on val and what it cost; the gains add up to the learned table's
-    stages = out["stages"]
+    stages = out.stages
     assert {s["stage"] for s in stages} >= ran - {"search from default", "search again"}
-    assert sum(s["val_gain"] for s in stages) == pytest.approx(out["default_val_mape"] - out["learned_val_mape"])
+    assert sum(s["val_gain"] for s in stages) == pytest.approx(out.default_val_mape - out.learned_val_mape)
     assert all(s["engine_simulations"] > 0 for s in stages if s["stage"] in ("surrogate", "search"))
 
 
@@ -469,7 +469,15 @@ def _gradient_problem(ctx: steps.StepContext):
     _, default = ctx.default_table()
     train = [blocks[b] for b in frame["block_id"]]
     score = lambda t: ctx.score(t, "val")[0]  # noqa: E731
-    return Problem(ctx.engine, train, frame["cycles_per_100"].to_numpy(), default, score, view, lambda *_: None)
+    return Problem(
+        engine=ctx.engine,
+        blocks=train,
+        measured=frame["cycles_per_100"].to_numpy(),
+        default=default,
+        score=score,
+        surrogate=view,
+        log=lambda *_: None,
+    )
 
 
 def test_the_anchored_gradient_trusts_the_surrogate_for_differences_only(simulated):

@@ -11,7 +11,15 @@ from difftune_pipeline.tuners.pruning import PruneConfig, Pruning, physical
 
 def _problem(haswell, blocks, measured, default):
     score = lambda t: float(np.mean(np.abs(haswell.simulate(blocks, t).steady - measured) / measured))  # noqa: E731
-    return Problem(haswell, [], np.array([]), default, score, val_blocks=blocks, val_measured=measured)
+    return Problem(
+        engine=haswell,
+        blocks=[],
+        measured=np.array([]),
+        default=default,
+        score=score,
+        val_blocks=blocks,
+        val_measured=measured,
+    )
 
 
 def _row(table, key, **changes):
@@ -107,7 +115,15 @@ def test_a_row_val_backs_but_its_train_blocks_refute_goes_back(haswell, haswell_
     val_measured = haswell.simulate(val, learned).steady  # val: the row is right
     train_measured = haswell.simulate(train, default).steady  # train: LLVM's value is
     score = lambda t: float(np.mean(np.abs(haswell.simulate(val, t).steady - val_measured) / val_measured))  # noqa: E731
-    problem = Problem(haswell, train, train_measured, default, score, val_blocks=val, val_measured=val_measured)
+    problem = Problem(
+        engine=haswell,
+        blocks=train,
+        measured=train_measured,
+        default=default,
+        score=score,
+        val_blocks=val,
+        val_measured=val_measured,
+    )
     table, history = Pruning(PruneConfig()).tune(learned, problem)
     assert table.rows["MOV64rm"] == default.rows["MOV64rm"] and list(history[0]["reverted"]) == ["MOV64rm"]
     kept, _ = Pruning(PruneConfig(train_blocks=0)).tune(learned, problem)

@@ -76,8 +76,8 @@ def test_a_ray_shard_equals_the_threads_shard(pool, haswell, tmp_path):
     steps.sampled_tables(on_ray)
     a = steps.simulate_shard(threads, 0, chunk=250)
     b = steps.simulate_shard(on_ray, 0, chunk=250)
-    assert a["simulated"] == b["simulated"] == a["planned"] == 600
-    assert a["data_version"] == b["data_version"]
+    assert a.simulated == b.simulated == a.planned == 600
+    assert a.data_version == b.data_version
     assert _simulations(tmp_path / "threads" / "w.duckdb") == _simulations(tmp_path / "ray" / "w.duckdb")
 
 
@@ -110,7 +110,7 @@ def test_a_worker_killed_mid_chunk_loses_and_duplicates_nothing(pool, haswell, t
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this file
     monkeypatch.setattr(steps.simulations, "ChunkWriter", functools.partial(DyingWriter, marker=str(tmp_path / "died")))
     out = steps.simulate_shard(on_ray, 0, chunk=100)
-    assert (tmp_path / "died").exists() and out["simulated"] == out["planned"] == 600
+    assert (tmp_path / "died").exists() and out.simulated == out.planned == 600
     time.sleep(0.1)
     assert set(pool.pids()) != set(before)  # Ray restarted the worker and retried its chunk
     half = list((tmp_path / "ray" / "simulations").rglob("*.dying.tmp"))
@@ -126,7 +126,7 @@ def test_a_worker_killed_mid_chunk_loses_and_duplicates_nothing(pool, haswell, t
     chunks = store.query("SELECT count(*), sum(rows)::BIGINT FROM simulation_chunks", tmp_path / "ray" / "w.duckdb")
     assert chunks.rows() == [(8, 600)]  # 4 tables of 150 blocks in chunks of 100: each recorded once
     again = steps.simulate_shard(on_ray, 0, chunk=100)  # the next run of the shard sweeps the half file away
-    assert (again["simulated"], again["stale_files_removed"]) == (0, 1) and not half[0].exists()
+    assert (again.simulated, again.stale_files_removed) == (0, 1) and not half[0].exists()
 
 
 def test_the_compute_resource_chooses_the_path(pool, monkeypatch):
@@ -167,4 +167,4 @@ def test_a_tuning_step_searches_on_ray(pool, tmp_path):
         _ctx(ctx.db, ctx.engine)
         steps.default_params(ctx)
     a, b = steps.learn(threads, log=lambda _: None), steps.learn(on_ray, log=lambda _: None)
-    assert a["table_id"] == b["table_id"] and a["learned_val_mape"] == b["learned_val_mape"]
+    assert a.table_id == b.table_id and a.learned_val_mape == b.learned_val_mape

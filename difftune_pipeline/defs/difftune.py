@@ -4,6 +4,8 @@ evaluation. Each calls one idempotent stage of ``difftune_pipeline.steps`` and
 translates its result; materialising again with nothing changed finds the
 stored result and does no work."""
 
+from dataclasses import asdict
+
 import dagster as dg
 import polars as pl
 
@@ -34,18 +36,18 @@ def block_accesses(
     extended model's memory dependencies read them."""
     ctx = step_context(context, warehouse, engine, settings)
     out = steps.record_accesses(ctx)
-    stored = store.harness_version(warehouse.path, out["harness"], ctx.uarch)
+    stored = store.harness_version(warehouse.path, out.harness, ctx.uarch)
     return dg.MaterializeResult(
         data_version=versions.reported(context, warehouse.path, stored),
         metadata={
-            "harness": out["harness"],
-            "blocks": out["blocks"],
-            "new": out["new"],
-            "emulated": out["emulated"],
+            "harness": out.harness,
+            "blocks": out.blocks,
+            "new": out.new,
+            "emulated": out.emulated,
             "fallbacks": markdown(
-                pl.DataFrame({"reason": list(out["fallbacks"]), "blocks": list(out["fallbacks"].values())})
+                pl.DataFrame({"reason": list(out.fallbacks), "blocks": list(out.fallbacks.values())})
             ),
-            "ms_per_block": round(out["ms_per_block"], 3),
+            "ms_per_block": round(out.ms_per_block, 3),
             **row_count(warehouse, "block_accesses"),
         },
     )
@@ -77,13 +79,13 @@ def default_params(
     out = steps.default_params(ctx)
     yield dg.MaterializeResult(
         metadata={
-            "table_id": out["table_id"],
-            "model": out["model"],
-            "model_chosen_by": out["model_chosen_by"],
-            "rows": out["rows"],
-            "measured": out["measured"],
+            "table_id": out.table_id,
+            "model": out.model,
+            "model_chosen_by": out.model_chosen_by,
+            "rows": out.rows,
+            "measured": out.measured,
         },
-        data_version=versions.reported(context, warehouse.path, out["data_version"]),
+        data_version=versions.reported(context, warehouse.path, out.data_version),
     )
     yield check_result("engine_exactness", exactness(warehouse.path, ctx.engine))
 
@@ -103,10 +105,10 @@ def block_features(
     return dg.MaterializeResult(
         data_version=versions.reported(context, warehouse.path, stored),
         metadata={
-            "table_id": out["table_id"],
-            "blocks": out["blocks"],
-            "new": out["new"],
-            "by_bottleneck": markdown(out["by_bottleneck"]),
+            "table_id": out.table_id,
+            "blocks": out.blocks,
+            "new": out.new,
+            "by_bottleneck": markdown(out.by_bottleneck),
             **row_count(warehouse, "block_features"),
         },
     )
@@ -122,7 +124,7 @@ def sampled_tables(
     the train blocks they are simulated on."""
     out = steps.sampled_tables(step_context(context, warehouse, engine, settings))
     return dg.MaterializeResult(
-        metadata=out, data_version=versions.reported(context, warehouse.path, out["data_version"])
+        metadata=asdict(out), data_version=versions.reported(context, warehouse.path, out.data_version)
     )
 
 
@@ -146,12 +148,12 @@ def simulations(
     )
     return dg.MaterializeResult(
         metadata={
-            **out,
+            **asdict(out),
             **({"warning": "; ".join(damaged)} if damaged else {}),
             "compute": compute.describe(),
             "dagster/row_count": simulations_store.simulated_rows(warehouse.path, ctx.uarch),
         },
-        data_version=versions.reported(context, warehouse.path, out["data_version"]),
+        data_version=versions.reported(context, warehouse.path, out.data_version),
     )
 
 
@@ -176,20 +178,20 @@ def surrogate(
     out = steps.train_surrogate(ctx, log=context.log.info)
     yield dg.MaterializeResult(
         metadata={
-            "run_id": out["run_id"],
-            "model": out["model"],
-            "checkpoint": dg.MetadataValue.path(out["checkpoint"]),
-            "heldout_mape_pct": round(100 * out["heldout_mape"], 2),
-            "heldout_kendall_tau": None if out["heldout_kendall_tau"] is None else round(out["heldout_kendall_tau"], 3),
-            "train_seconds": round(out["train_seconds"], 1),
-            "device": out["device"] or "reused: not trained in this run",
-            "n_train": out["n_train"],
-            "reused": out["reused"],
+            "run_id": out.run_id,
+            "model": out.model,
+            "checkpoint": dg.MetadataValue.path(out.checkpoint),
+            "heldout_mape_pct": round(100 * out.heldout_mape, 2),
+            "heldout_kendall_tau": None if out.heldout_kendall_tau is None else round(out.heldout_kendall_tau, 3),
+            "train_seconds": round(out.train_seconds, 1),
+            "device": out.device or "reused: not trained in this run",
+            "n_train": out.n_train,
+            "reused": out.reused,
         },
-        data_version=versions.reported(context, warehouse.path, out["run_id"]),
+        data_version=versions.reported(context, warehouse.path, out.run_id),
     )
     yield check_result(
-        "surrogate_fidelity", quality.surrogate_fidelity(out["heldout_mape"], ctx.settings.max_surrogate_heldout_mape)
+        "surrogate_fidelity", quality.surrogate_fidelity(out.heldout_mape, ctx.settings.max_surrogate_heldout_mape)
     )
 
 
@@ -217,14 +219,14 @@ def learned_params(
     candidates on this process's threads or on Ray workers), or both combined (the
     default); selected on val with the real engine."""
     out = steps.learn(step_context(context, warehouse, engine, settings, compute), log=context.log.info)
-    meta = {"table_id": out["table_id"], "reused": out["reused"]}
-    if not out["reused"]:
-        meta["val_mape_by_step"] = markdown(pl.DataFrame(out["history"]))
-        meta["stages"] = markdown(pl.DataFrame(out["stages"]))  # what each tuner gained on val, and cost
-        meta["changed_rows"] = out["changed_rows"]
-    yield dg.MaterializeResult(metadata=meta, data_version=versions.reported(context, warehouse.path, out["table_id"]))
+    meta = {"table_id": out.table_id, "reused": out.reused}
+    if not out.reused:
+        meta["val_mape_by_step"] = markdown(pl.DataFrame(out.history))
+        meta["stages"] = markdown(pl.DataFrame(out.stages))  # what each tuner gained on val, and cost
+        meta["changed_rows"] = out.changed_rows
+    yield dg.MaterializeResult(metadata=meta, data_version=versions.reported(context, warehouse.path, out.table_id))
     yield check_result(
-        "no_worse_than_default", quality.no_worse_than_default(out["default_val_mape"], out["learned_val_mape"])
+        "no_worse_than_default", quality.no_worse_than_default(out.default_val_mape, out.learned_val_mape)
     )
 
 
@@ -244,14 +246,14 @@ def evaluation(
     the slices the learned table makes worse by more than noise."""
     ctx = step_context(context, warehouse, engine, settings)
     out = steps.evaluate_latest(ctx)
-    table = out["comparison"]
+    table = out.comparison
     test = table.filter(pl.col("split") == "test")
-    other = out["by_measure"].filter(pl.col("measure") != out["measure"])
-    share = out["test_worse_share"]
+    other = out.by_measure.filter(pl.col("measure") != out.measure)
+    share = out.test_worse_share
     meta = {
-        "model": out["model"],
-        "measure": out["measure"],  # what the figures score: steady (BHive's quantity) or total
-        **{f"{name.replace('-', '_')}_table": table_id for name, table_id in out["tables"].items()},
+        "model": out.model,
+        "measure": out.measure,  # what the figures score: steady (BHive's quantity) or total
+        **{f"{name.replace('-', '_')}_table": table_id for name, table_id in out.tables.items()},
         **_test_overall(test.filter(pl.col("slice") == "all")),
         # the same tables scored by the other measure
         **{
@@ -267,15 +269,15 @@ def evaluation(
                 {c: c + "_pct" for c in table.columns if c.endswith("_mape")}
             )
         ),
-        "top_changed_parameters": markdown(out["changed"]),
-        "figures_reused": out["figures_reused"],  # nothing redrawn when nothing changed
+        "top_changed_parameters": markdown(out.changed),
+        "figures_reused": out.figures_reused,  # nothing redrawn when nothing changed
         **row_count(warehouse, "evaluations"),
     }
-    if out["scatter"] is not None:
-        png, path = out["scatter"]
+    if out.scatter is not None:
+        png, path = out.scatter
         meta["predicted_vs_measured"] = dg.MetadataValue.md(markdown_image(png, "predicted vs measured"))
         meta["plot_file"] = dg.MetadataValue.path(str(path))
-    for e in out["explained"]:
+    for e in out.explained:
         meta[f"why_{e['case'].replace(' ', '_')}"] = explained(e)
     stored = store.uarch_version(warehouse.path, "evaluation", ctx.uarch)
     return dg.MaterializeResult(metadata=meta, data_version=versions.reported(context, warehouse.path, stored))

@@ -12,12 +12,13 @@ import polars as pl
 
 from difftune_pipeline import harness
 from difftune_pipeline.steps.context import SPLITS, StepContext
+from difftune_pipeline.steps.results import AccessesRecorded
 from difftune_pipeline.warehouse import harness_records, writer
 
 CHUNK = 500  # blocks per transaction
 
 
-def record_accesses(ctx: StepContext) -> dict:
+def record_accesses(ctx: StepContext) -> AccessesRecorded:
     """Emulates the µarch's measured blocks not yet recorded under the harness model."""
     name = ctx.harness
     blocks = {b: block for split in SPLITS for b, block in ctx.blocks(split, attach=False)[1].items()}
@@ -34,7 +35,7 @@ def record_accesses(ctx: StepContext) -> dict:
         with writer(ctx.db) as con:
             harness_records.save_accesses(con, _frame(status, STATUS_SCHEMA), _frame(accesses, ACCESS_SCHEMA))
     summary = harness_records.harness_summary(ctx.db, name, list(blocks))
-    return {"harness": name, "blocks": len(blocks), "new": len(todo), **summary}
+    return AccessesRecorded(name, len(blocks), len(todo), **summary)
 
 
 ACCESS_SCHEMA = {

@@ -120,16 +120,22 @@ class StepContext:
         stored = {b: harness.Accesses(addr, tuple(rows[b]), s) for b, addr, s in status.iter_rows()}
         return {b: (stored.get(b) or harness.accesses(block, name)).attach(block) for b, block in blocks.items()}
 
-    def model(self, decide: bool = False) -> tuple[tuple[str, ...], str, str]:
+    def choose_model_on_val(self) -> tuple[tuple[str, ...], str, str]:
+        """``model``, chosen now: with ``auto``, every candidate model's default table
+        is simulated on val (what ``default_params`` does; the steps after it read
+        its choice from the warehouse)."""
+        return self.model(_choose=True)
+
+    def model(self, _choose: bool = False) -> tuple[tuple[str, ...], str, str]:
         """(mechanisms, harness, why): the simulator the steps use, from the
         ``model`` setting. ``auto`` takes the model whose default table scores best
         on val: llvm-mca's, the extended one, or the extended one without a mechanism
-        only its generation has: ``default_params`` decides (``decide``), and the
-        steps after it read its choice from the warehouse."""
+        only its generation has, as ``default_params`` chose it; where it has not
+        chosen yet, it is chosen on val now (``choose_model_on_val``)."""
         if "model" not in self._views:
             name = self.harness
             wanted = extended.parse(self.settings.model, self.uarch)
-            stored = None if decide or wanted is not None else tables.latest_default_model(self.db, self.uarch)
+            stored = None if _choose or wanted is not None else tables.latest_default_model(self.db, self.uarch)
             if not extended.supported(self.uarch):
                 chosen = (), f"llvm-mca: the extended model has no rules for {self.uarch}"
             elif wanted is not None:
@@ -183,7 +189,8 @@ class StepContext:
         return f"llvm-mca-{self.uarch}-{llvm.fingerprint()}", llvm
 
     def default_table(self) -> tuple[str, ParamTable]:
-        """LLVM's table over every measured block, under the chosen model, and its id."""
+        """LLVM's table over every measured block, under the chosen model (``model``:
+        chosen on val first where nothing chose it), and its id."""
         if "default" not in self._views:
             mechanisms, name, _ = self.model()
             table = self.llvm_default().with_model(mechanisms, name) if mechanisms else self.llvm_default()

@@ -11,6 +11,7 @@ from difftune_pipeline.model.metrics import metrics_by_slice, slices
 from difftune_pipeline.reporting.compare import by_measure, changed_parameters, three_tables, worse_share
 from difftune_pipeline.reporting.report import explained_blocks, load_figures, save_figures, scatter_png
 from difftune_pipeline.steps.context import CODE_VERSIONS, StepContext, fingerprint
+from difftune_pipeline.steps.results import Evaluated
 from difftune_pipeline.warehouse import connection, evaluation, harness_records, ingestion, insert_new, tables, writer
 from difftune_pipeline.warehouse.simulations import PREDICTED
 
@@ -103,7 +104,7 @@ def _above_16_bytes(ctx: StepContext, frame: pl.DataFrame, blocks: dict) -> pl.D
     return pl.DataFrame({"block_id": above, "slice": "fe:above_16B"}, schema={"block_id": pl.Utf8, "slice": pl.Utf8})
 
 
-def evaluate_latest(ctx: StepContext) -> dict:
+def evaluate_latest(ctx: StepContext) -> Evaluated:
     """Three tables compared per (split, slice), scored by the ``measure`` setting (the
     other measure's test figures beside them): llvm-mca as shipped, LLVM's table
     under the chosen model, and the newest learned one; the share of test blocks the
@@ -139,14 +140,14 @@ def evaluate_latest(ctx: StepContext) -> dict:
         )
     with writer(ctx.db) as con:
         evaluation.record_comparison(con, ctx.uarch, llvm_id, default_id, learned_id, model, measure, worse)
-    return {
-        "tables": compared,
-        "model": model,
-        "measure": measure,
-        "test_worse_share": worse,
-        "by_measure": by_measure(ctx.db, ctx.uarch, compared),
-        "comparison": comparison,
-        "changed": changed_parameters(default, learned),
-        "figures_reused": reused,
+    return Evaluated(
+        tables=compared,
+        model=model,
+        measure=measure,
+        test_worse_share=worse,
+        by_measure=by_measure(ctx.db, ctx.uarch, compared),
+        comparison=comparison,
+        changed=changed_parameters(default, learned),
+        figures_reused=reused,
         **figures,
-    }
+    )

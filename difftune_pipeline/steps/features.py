@@ -6,10 +6,11 @@ import polars as pl
 
 from difftune_pipeline.model.features import features_frame
 from difftune_pipeline.steps.context import SPLITS, StepContext
+from difftune_pipeline.steps.results import FeaturesComputed
 from difftune_pipeline.warehouse import evaluation, insert_new, writer
 
 
-def block_features(ctx: StepContext) -> dict:
+def block_features(ctx: StepContext) -> FeaturesComputed:
     """Computes only the blocks not stored yet under this table."""
     table_id, table = ctx.default_table()
     blocks = {b: blk for split in SPLITS for b, blk in ctx.blocks(split)[1].items()}
@@ -20,9 +21,4 @@ def block_features(ctx: StepContext) -> dict:
         insert_new(
             con, "block_features", frame.with_columns(pl.lit(table_id).alias("table_id")), ["block_id", "table_id"]
         )
-    return {
-        "table_id": table_id,
-        "blocks": len(blocks),
-        "new": len(todo),
-        "by_bottleneck": evaluation.bottleneck_counts(ctx.db, table_id),
-    }
+    return FeaturesComputed(table_id, len(blocks), len(todo), evaluation.bottleneck_counts(ctx.db, table_id))

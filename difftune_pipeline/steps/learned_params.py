@@ -11,12 +11,13 @@ from difftune_pipeline.determinism import deterministic, seed_of
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.steps.context import CODE_VERSIONS, StepContext, fingerprint
+from difftune_pipeline.steps.results import Learned
 from difftune_pipeline.steps.surrogate import latest_surrogate, load_surrogate
 from difftune_pipeline.tuners import Problem, SurrogateView, Tuner, compose, run
 from difftune_pipeline.warehouse import ingestion, tables, writer
 
 
-def learn(ctx: StepContext, log=print) -> dict:
+def learn(ctx: StepContext, log=print) -> Learned:
     """Learns only when the measurements, the surrogate, the tuners' settings or
     the code changed. Returns the table id and the val MAPE of the default and
     learned tables (the ``no_worse_than_default`` check reads them)."""
@@ -30,7 +31,7 @@ def learn(ctx: StepContext, log=print) -> dict:
     if tables.table_exists(ctx.db, table_id):
         stored = json.loads(tables.table_note(ctx.db, table_id) or "{}").get("val_mape")
         figures = stored or _val_figures(ctx, default, tables.load_table(ctx.db, table_id))
-        return {"table_id": table_id, "reused": True, **figures}
+        return Learned(table_id, True, **figures)
     # the tuners' draws follow from what they learn from (determinism.seed_of)
     inputs = (run_id, ingestion.measurement_totals(ctx.db, ctx.uarch))
     tuners = compose(
@@ -43,16 +44,16 @@ def learn(ctx: StepContext, log=print) -> dict:
     train_frame, train_blocks = ctx.blocks("train")
     val_frame, val_blocks = ctx.blocks("val")
     problem = Problem(
-        ctx.engine,
-        [train_blocks[b] for b in train_frame["block_id"]],
-        train_frame["cycles_per_100"].to_numpy(),
-        default,
-        lambda t: ctx.score(t, "val")[0],
-        view,
-        log,
-        settings.measure,
-        [val_blocks[b] for b in val_frame["block_id"]],
-        val_frame["cycles_per_100"].to_numpy(),
+        engine=ctx.engine,
+        blocks=[train_blocks[b] for b in train_frame["block_id"]],
+        measured=train_frame["cycles_per_100"].to_numpy(),
+        default=default,
+        score=lambda t: ctx.score(t, "val")[0],
+        surrogate=view,
+        log=log,
+        measure=settings.measure,
+        val_blocks=[val_blocks[b] for b in val_frame["block_id"]],
+        val_measured=val_frame["cycles_per_100"].to_numpy(),
     )
     t0 = time.perf_counter()
     with deterministic(settings.surrogate_config.threads):
@@ -81,15 +82,15 @@ def learn(ctx: StepContext, log=print) -> dict:
             space_id=view and view.space.fingerprint(),
             note=json.dumps(note),
         )
-    return {
-        "table_id": table_id,
-        "reused": False,
-        "history": history,
-        "stages": stages,
-        "seconds": seconds,
-        "changed_rows": len(best.changed_rows(default)),
+    return Learned(
+        table_id,
+        False,
         **figures,
-    }
+        history=history,
+        stages=stages,
+        seconds=seconds,
+        changed_rows=len(best.changed_rows(default)),
+    )
 
 
 def _learned_id(ctx: StepContext, tuners: list[Tuner], surrogate_run_id: str | None) -> str:

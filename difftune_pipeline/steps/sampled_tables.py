@@ -4,10 +4,11 @@ parameter space; only their ids are stored, their values are regenerated."""
 from __future__ import annotations
 
 from difftune_pipeline.steps.context import StepContext, fingerprint
+from difftune_pipeline.steps.results import TablesSampled
 from difftune_pipeline.warehouse import tables, writer
 
 
-def sampled_tables(ctx: StepContext) -> dict:
+def sampled_tables(ctx: StepContext) -> TablesSampled:
     space, default, train = ctx.space()
     sampled = ctx.sampled_tables(space)
     with writer(ctx.db) as con:
@@ -15,11 +16,11 @@ def sampled_tables(ctx: StepContext) -> dict:
             tables.save_sampled(con, t.table_id, ctx.uarch, default.llvm_version, t.preset, t.seed, space.fingerprint())
             for t in sampled
         )
-    return {
-        "space_id": space.fingerprint(),
-        "rows": len(space.keys),
-        "columns": space.width,
-        "tables": len(sampled),
-        "new_tables": new,
-        "data_version": fingerprint([t.table_id for t in sampled], sorted(train)),
-    }
+    return TablesSampled(
+        space_id=space.fingerprint(),
+        rows=len(space.keys),
+        columns=space.width,
+        tables=len(sampled),
+        new_tables=new,
+        data_version=fingerprint([t.table_id for t in sampled], sorted(train)),
+    )

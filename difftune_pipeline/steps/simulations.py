@@ -17,6 +17,7 @@ from pathlib import Path
 
 from difftune_pipeline.model.sampling import SampledTable, planned_blocks, shard_of
 from difftune_pipeline.steps.context import StepContext, fingerprint
+from difftune_pipeline.steps.results import ShardSimulated
 from difftune_pipeline.warehouse import simulations, tables, writer
 from difftune_pipeline.warehouse.simulation_files import Chunk, ChunkWriter, chunk_key, resolve, sizes
 
@@ -43,7 +44,7 @@ def _chunks(ctx: StepContext, space, default, mine: list[SampledTable], position
             yield table, [position[b] for b in piece], Chunk(key, t.table_id, piece)
 
 
-def simulate_shard(ctx: StepContext, shard: int, chunk: int = CHUNK, log=print) -> dict:
+def simulate_shard(ctx: StepContext, shard: int, chunk: int = CHUNK, log=print) -> ShardSimulated:
     """Simulate a shard's pairs not yet recorded, ``chunk`` pairs per file; each recorded
     chunk's file is checked in full first."""
     space, default, blocks = ctx.space()
@@ -74,19 +75,17 @@ def simulate_shard(ctx: StepContext, shard: int, chunk: int = CHUNK, log=print) 
     finally:  # an interrupted step still records the chunks whose files are written
         written += _record(ctx, space, by_id, finished)
     elapsed = time.perf_counter() - t0
-    return {
+    return ShardSimulated(
         **counts,
-        "simulated": written,
-        "damaged_chunks_redone": len(damaged),
-        "tables": len(mine),
-        "stale_files_removed": files.remove_stale(started),
-        "seconds": round(elapsed, 1),
-        "pairs_per_second": round(written / elapsed, 1) if written else 0.0,
+        simulated=written,
+        damaged_chunks_redone=len(damaged),
+        tables=len(mine),
+        stale_files_removed=files.remove_stale(started),
+        seconds=round(elapsed, 1),
+        pairs_per_second=round(written / elapsed, 1) if written else 0.0,
         # what the shard holds: its tables over the train blocks (sampled_tables' version names both)
-        "data_version": fingerprint(
-            [t.table_id for t in mine], sorted(blocks), ctx.settings.blocks_per_table, iterations
-        ),
-    }
+        data_version=fingerprint([t.table_id for t in mine], sorted(blocks), ctx.settings.blocks_per_table, iterations),
+    )
 
 
 def _record(ctx: StepContext, space, by_id: dict[str, SampledTable], records: list[dict]) -> int:

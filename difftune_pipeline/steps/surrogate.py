@@ -12,12 +12,13 @@ import polars as pl
 
 from difftune_pipeline.model.sampling import PairFile, Pairs, Split, training_pairs
 from difftune_pipeline.steps.context import CODE_VERSIONS, StepContext, fingerprint
+from difftune_pipeline.steps.results import SurrogateTrained
 from difftune_pipeline.surrogates import Surrogate, surrogate_type
 from difftune_pipeline.surrogates.base import training_device
 from difftune_pipeline.warehouse import connection, insert_new, simulations, writer
 
 
-def train_surrogate(ctx: StepContext, log=print) -> dict:
+def train_surrogate(ctx: StepContext, log=print) -> SurrogateTrained:
     """Trains only when the simulations, the configuration or the code changed."""
     settings = ctx.settings
     kind = surrogate_type(settings.surrogate_model)
@@ -37,7 +38,7 @@ def train_surrogate(ctx: StepContext, log=print) -> dict:
     )
     done = simulations.surrogate_run(ctx.db, run_id)
     if done is not None and Path(done["checkpoint"]).exists():
-        return {**done, "device": None, "reused": True}
+        return SurrogateTrained(**done, device=None, reused=True)
     pairs = stored_pairs(ctx, space, default, tables, list(train_blocks))
     if pairs.n == 0:
         raise ValueError("no simulations to train on: materialise the simulations first")
@@ -66,7 +67,7 @@ def train_surrogate(ctx: StepContext, log=print) -> dict:
     }
     with writer(ctx.db) as con:
         insert_new(con, "surrogate_runs", pl.DataFrame([row]), ["run_id"])
-    return {**row, "device": report["device"], "reused": False}
+    return SurrogateTrained(**row, device=report["device"], reused=False)
 
 
 def stored_pairs(ctx: StepContext, space, default, tables: list, block_ids: list[str]) -> Pairs:

@@ -48,7 +48,7 @@ class SurrogateView:
     model: torch.nn.Module | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Problem:
     engine: Engine
     blocks: list  # the train blocks
