@@ -30,8 +30,7 @@ from common import add_data_argument, bhive_rows
 from difftune_pipeline import harness
 from difftune_pipeline.config import settings_for
 from difftune_pipeline.engine import Engine, ParamTable
-from difftune_pipeline.model.metrics import kendall_tau, mape
-from difftune_pipeline.reporting.compare import WORSE_POINTS
+from difftune_pipeline.model.metrics import WORSE_POINTS, scored
 from difftune_pipeline.steps import StepContext
 from difftune_pipeline.warehouse import connection, tables
 
@@ -73,18 +72,13 @@ def without_new_mechanisms(table: ParamTable) -> list[tuple[str, ParamTable]]:
     return out
 
 
-def scored(engine: Engine, table: ParamTable, blocks: list, truth: np.ndarray, base: dict | None) -> dict:
+def scored_against(engine: Engine, table: ParamTable, blocks: list, truth: np.ndarray, base: dict | None) -> dict:
     """MAPE and τ of the steady state, MAPE of the Total Cycles, each block's error,
     and the share of blocks more than 20 points worse than under ``base``."""
     result = engine.simulate(blocks, table)
-    ok = result.ok
-    steady, total = result.predicted("steady"), result.predicted("total")
-    out = {
-        "mape": mape(steady[ok], truth[ok]),
-        "tau": kendall_tau(steady[ok], truth[ok]),
-        "total_mape": mape(total[ok], truth[ok]),
-        "error": np.where(ok, np.abs(steady - truth) / truth, np.nan),
-    }
+    (steady_mape, tau), (total_mape, _) = scored(result, truth), scored(result, truth, "total")
+    error = np.where(result.ok, np.abs(result.predicted("steady") - truth) / truth, np.nan)
+    out = {"mape": steady_mape, "tau": tau, "total_mape": total_mape, "error": error}
     if base is not None:
         both = ~np.isnan(out["error"]) & ~np.isnan(base["error"])
         out["worse"] = float(np.mean(out["error"][both] - base["error"][both] > WORSE_POINTS))
@@ -135,7 +129,7 @@ def main() -> None:
         data = splits(ctx)
         if args.unseen:
             data["unseen"] = unseen(engine, db, args.unseen, args.data)
-        base = {s: scored(engine, default, *data[s], None) for s in sets}
+        base = {s: scored_against(engine, default, *data[s], None) for s in sets}
         rows = [("llvm-mca as shipped", llvm), (f"LLVM's values ({default.model})", default)]
         learned = connection.query(
             "SELECT table_id, note FROM param_tables WHERE kind = 'learned' AND mcpu = ? ORDER BY created_at",
@@ -154,10 +148,10 @@ def main() -> None:
             rows += [(f"{label}, {what}", t) for what, t in without_new_mechanisms(table)]
         print(f"{db}: {', '.join(f'{s} {len(data[s][0])} blocks' for s in data)}")
         for label, table in rows:
-            val = scored(engine, table, *data["val"], None)["mape"]
+            val = scored_against(engine, table, *data["val"], None)["mape"]
             cells = []
             for s in sets:
-                f = base[s] if table is default else scored(engine, table, *data[s], base[s])
+                f = base[s] if table is default else scored_against(engine, table, *data[s], base[s])
                 worse = f.get("worse")
                 cells.append(
                     f"{100 * f['mape']:11.2f}% {f['tau']:6.3f} {100 * f['total_mape']:6.2f}% "

@@ -11,6 +11,12 @@ import numpy as np
 
 from difftune_pipeline import harness
 from difftune_pipeline.config import SAMPLE_DIR
+from difftune_pipeline.engine import Engine, ParamTable
+from difftune_pipeline.model.metrics import scored
+from difftune_pipeline.steps.context import SPLITS
+from difftune_pipeline.tuners.direct import search
+from difftune_pipeline.tuners.search import SearchConfig
+from difftune_pipeline.warehouse import ingestion
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUND_TRUTH = {"haswell": "bhive_hsw.csv", "ivybridge": "bhive_ivb.csv", "skylake": "bhive_skl.csv"}
@@ -86,3 +92,44 @@ def corpus_files(data: Path | None = None) -> list[Path]:
     """BHive's corpus files (``hex,frequency`` per application)."""
     folder = SAMPLE_DIR / "corpus" if data is None else _need(Path(data) / "bhive_sources")
     return sorted(folder.glob("*.csv"))
+
+
+def split_blocks(engine: Engine, db: str, mcpu: str, split: str) -> tuple[list[str], list, np.ndarray]:
+    frame = ingestion.measured_blocks(db, mcpu, [split])
+    blocks = engine.disassemble_many(frame["hex"].to_list())
+    return frame["block_id"].to_list(), blocks, frame["cycles_per_100"].to_numpy()
+
+
+class Splits:
+    """A tuned warehouse's train, val and test blocks of one µarch, with the
+    addresses of a harness model, for the search benches: a table scored on a
+    split, and the direct search on train selected on val."""
+
+    def __init__(self, engine: Engine, db: str, mcpu: str, harness_name: str):
+        self.engine = engine
+        data = {s: split_blocks(engine, db, mcpu, s) for s in SPLITS}
+        self.blocks = {s: [harness.accesses(b, harness_name).attach(b) for b in d[1]] for s, d in data.items()}
+        self.measured = {s: d[2] for s, d in data.items()}
+
+    def default(self, mechanisms=(), harness_name: str = "none") -> ParamTable:
+        """LLVM's table over every split's rows, under the given mechanisms."""
+        table = self.engine.default_table([b for blocks in self.blocks.values() for b in blocks])
+        return table.with_model(mechanisms, harness_name) if mechanisms else table
+
+    def scored(self, table: ParamTable, split: str) -> tuple[float, float]:
+        """(MAPE, Kendall tau) of ``table`` on ``split``, over the blocks it simulates."""
+        return scored(self.engine.simulate(self.blocks[split], table), self.measured[split])
+
+    def search(self, default: ParamTable, config: SearchConfig, start: ParamTable | None = None) -> ParamTable:
+        """The direct search on train from ``start`` (default: ``default``), the best round on val."""
+        table, _ = search(
+            self.engine,
+            self.blocks["train"],
+            self.measured["train"],
+            default,
+            lambda t: self.scored(t, "val")[0],
+            config,
+            start=start,
+            log=lambda *_: None,
+        )
+        return table

@@ -16,10 +16,11 @@ import argparse
 import dataclasses
 import time
 
-from ablation import SPLITS, Splits
+from common import Splits
 
 from difftune_pipeline import config
 from difftune_pipeline.engine import Engine
+from difftune_pipeline.steps.context import SPLITS
 from difftune_pipeline.warehouse import tables
 
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from ablation import SPLITS, Splits
+from common import Splits
 
 from difftune_pipeline.engine import Engine
 from difftune_pipeline.engine.extended import EXTENDED
+from difftune_pipeline.steps.context import SPLITS
 from difftune_pipeline.tuners.search import SearchConfig
 
 

@@ -10,6 +10,10 @@ import numpy as np
 import polars as pl
 from scipy.stats import kendalltau
 
+# A block is "worse" under a table whose error exceeds another's by this much (20
+# points): the evaluation's share of blocks made worse, and what pruning lets a row do.
+WORSE_POINTS = 0.20
+
 
 def mape(predicted, measured) -> float:
     """Mean absolute percentage error, as a fraction (0.25 = 25%)."""
@@ -23,6 +27,13 @@ def signed_error(predicted, measured) -> float:
     """Mean (predicted - measured) / measured: below 0, predicted too fast."""
     p, m = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
     return float(np.mean((p - m) / m)) if p.size else float("nan")
+
+
+def scored(result, measured, measure: str = "steady") -> tuple[float, float | None]:
+    """MAPE and Kendall tau of a simulation's ``measure`` (``engine.SimResult``)
+    against ``measured``, over the blocks the engine simulated."""
+    predicted, truth = result.predicted(measure)[result.ok], np.asarray(measured, dtype=float)[result.ok]
+    return mape(predicted, truth), kendall_tau(predicted, truth)
 
 
 def kendall_tau(predicted, measured) -> float | None:

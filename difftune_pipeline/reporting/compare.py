@@ -8,10 +8,8 @@ import polars as pl
 
 from difftune_pipeline.engine import MEASURES, ParamTable
 from difftune_pipeline.engine.table import diff
-from difftune_pipeline.model.metrics import MIN_SLICE_BLOCKS, worse_slices
+from difftune_pipeline.model.metrics import MIN_SLICE_BLOCKS, WORSE_POINTS, worse_slices
 from difftune_pipeline.warehouse import evaluation, ingestion
-
-WORSE_POINTS = 0.20  # a block is "worse" under a table whose error exceeds the other's by this much
 
 
 def compare(evaluations: pl.DataFrame, tables: dict[str, str], worse: pl.DataFrame) -> pl.DataFrame:

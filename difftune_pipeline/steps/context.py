@@ -15,7 +15,7 @@ import polars as pl
 from difftune_pipeline import harness
 from difftune_pipeline.config import Settings
 from difftune_pipeline.engine import Engine, ParamTable, extended
-from difftune_pipeline.model.metrics import kendall_tau, mape
+from difftune_pipeline.model.metrics import scored
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.model.sampling import SampledTable, sampled_tables
 from difftune_pipeline.warehouse import harness_records, ingestion, simulation_files, tables
@@ -203,6 +203,4 @@ class StepContext:
         result = self.engine.simulate(
             [blocks[b] for b in frame["block_id"]], table, iterations=self.settings.iterations
         )
-        pred = result.predicted(self.settings.measure)[result.ok]
-        truth = frame["cycles_per_100"].to_numpy()[result.ok]
-        return mape(pred, truth), kendall_tau(pred, truth)
+        return scored(result, frame["cycles_per_100"].to_numpy(), self.settings.measure)

@@ -45,6 +45,7 @@ import numpy as np
 
 from difftune_pipeline.engine import ParamTable, extended
 from difftune_pipeline.engine.table import canonical_row
+from difftune_pipeline.model.metrics import WORSE_POINTS
 from difftune_pipeline.tuners.base import Problem, sibling_groups
 
 
@@ -57,7 +58,7 @@ class PruneConfig:
     # row that helps at all; a row that changes nothing on val goes back)
     min_gain: float = 0.0
     # the most a row may worsen one val block's relative error and stay (0.20: 20 points)
-    max_harm: float = 0.20
+    max_harm: float = WORSE_POINTS
     # the share of a row's val blocks that may get more than max_harm worse (rounded down)
     harm_share: float = 0.05
     # a kept row must also lower the summed error of this many of its train blocks
