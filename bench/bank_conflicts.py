@@ -9,12 +9,10 @@ A CPU without the conflicts (Haswell on) shows no bias on that slice.
         [--skip 1000] [--blocks 3000]
 """
 
-import argparse
-
 import numpy as np
-from common import add_window_arguments, harnessed_window
+from common import windows
 
-from difftune_pipeline.engine import Engine, extended
+from difftune_pipeline.engine import extended
 
 
 def banks(address: int, size: int) -> int:
@@ -38,12 +36,7 @@ def conflicting(block) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    add_window_arguments(parser)
-    args = parser.parse_args()
-    for mcpu in args.mcpu:
-        engine = Engine(mcpu)
-        blocks, truth = harnessed_window(engine, args)
+    for mcpu, engine, blocks, truth in windows():
         hit = np.array([b.exact_accesses and conflicting(b) for b in blocks])
         two = np.array([len(first_loads(b)) >= 2 for b in blocks])
         slices = {"conflict": hit, "two loads, no conflict": two & ~hit, "the rest": ~hit}

@@ -5,6 +5,7 @@ Ivy Bridge; the sample corpus)."""
 
 import argparse
 import csv
+import time
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,26 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     """``add_cpus_arguments`` (3,000 blocks) and ``--skip``: a window of each file."""
     add_cpus_arguments(parser, 3000)
     parser.add_argument("--skip", type=int, default=1000, help="start after this many rows of each file")
+
+
+def windows(wanted=lambda mcpu: True):
+    """The command line's windows (``add_window_arguments``): for each CPU ``wanted``,
+    (mcpu, its engine, the window's blocks with BHive's addresses, their measurements)."""
+    parser = argparse.ArgumentParser()
+    add_window_arguments(parser)
+    args = parser.parse_args()
+    for mcpu in filter(wanted, args.mcpu):
+        engine = Engine(mcpu)
+        yield mcpu, engine, *harnessed_window(engine, args)
+
+
+def timed_cpus(args: argparse.Namespace):
+    """For each CPU of ``add_cpus_arguments``: (mcpu, the time it started, its engine,
+    its BHive blocks, disassembled from hex)."""
+    for mcpu in args.mcpu:
+        t0 = time.perf_counter()
+        engine = Engine(mcpu)
+        yield mcpu, t0, engine, bhive_blocks(engine, args.blocks, args.data)
 
 
 def harnessed_window(engine, args: argparse.Namespace) -> tuple[list, np.ndarray]:

@@ -11,9 +11,9 @@ where re-assembling the text picks another encoding (e.g. push imm32 -> imm8).
 import argparse
 import time
 
-from common import add_cpus_arguments, bhive_blocks, reassembled
+from common import add_cpus_arguments, reassembled, timed_cpus
 
-from difftune_pipeline.engine import LLVM_VERSION, Engine
+from difftune_pipeline.engine import LLVM_VERSION
 from difftune_pipeline.engine.reference import llvm_mca_many
 
 
@@ -22,10 +22,7 @@ def main() -> None:
     add_cpus_arguments(parser, blocks=None)
     args = parser.parse_args()
     print(f"LLVM {LLVM_VERSION}")
-    for mcpu in args.mcpu:
-        t0 = time.perf_counter()
-        engine = Engine(mcpu)
-        direct = bhive_blocks(engine, args.blocks, args.data)
+    for mcpu, t0, engine, direct in timed_cpus(args):
         texts = reassembled(engine, direct)
         ours = engine.simulate(texts, threads=2).cycles.tolist()
         ref = llvm_mca_many([list(b.asm) for b in texts], mcpu)

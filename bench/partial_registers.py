@@ -8,21 +8,14 @@ and how many of the changed blocks it brings closer to the measurement.
         [--skip 1000] [--blocks 3000]
 """
 
-import argparse
-
 import numpy as np
-from common import add_window_arguments, harnessed_window
+from common import windows
 
-from difftune_pipeline.engine import Engine, extended
+from difftune_pipeline.engine import extended
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    add_window_arguments(parser)
-    args = parser.parse_args()
-    for mcpu in args.mcpu:
-        engine = Engine(mcpu)
-        blocks, truth = harnessed_window(engine, args)
+    for mcpu, engine, blocks, truth in windows():
         llvm = engine.default_table(blocks)
         without = llvm.with_model(tuple(m for m in extended.for_cpu(mcpu) if m != "partial_register"), "bhive")
         with_ = without.with_model((*without.mechanisms, "partial_register"), "bhive")

@@ -8,22 +8,16 @@ blocks whose prediction the limit changes.
         [--skip 1000] [--blocks 3000]
 """
 
-import argparse
 from dataclasses import replace
 
 import numpy as np
-from common import add_window_arguments, harnessed_window
+from common import windows
 
-from difftune_pipeline.engine import Engine, extended
+from difftune_pipeline.engine import extended
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    add_window_arguments(parser)
-    args = parser.parse_args()
-    for mcpu in [m for m in args.mcpu if "front_end" in extended.for_cpu(m)]:
-        engine = Engine(mcpu)
-        blocks, truth = harnessed_window(engine, args)
+    for mcpu, engine, blocks, truth in windows(lambda m: "front_end" in extended.for_cpu(m)):
         default = engine.default_table(blocks).with_model(extended.for_cpu(mcpu), "bhive")
         unlimited = replace(default, globals={**default.globals, "predecode_width": 16})
         steady = {

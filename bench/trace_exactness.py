@@ -10,9 +10,9 @@ import argparse
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from common import add_cpus_arguments, bhive_blocks, reassembled
+from common import add_cpus_arguments, reassembled, timed_cpus
 
-from difftune_pipeline.engine import LLVM_VERSION, Engine
+from difftune_pipeline.engine import LLVM_VERSION
 from difftune_pipeline.engine.reference import llvm_mca_views, view_differences
 
 ITERATIONS, SHOWN = 100, 10
@@ -23,10 +23,7 @@ def main() -> None:
     add_cpus_arguments(parser, blocks=1000)
     args = parser.parse_args()
     print(f"LLVM {LLVM_VERSION}, {ITERATIONS} iterations, timeline of the first {SHOWN}")
-    for mcpu in args.mcpu:
-        t0 = time.perf_counter()
-        engine = Engine(mcpu)
-        direct = bhive_blocks(engine, args.blocks, args.data)
+    for mcpu, t0, engine, direct in timed_cpus(args):
         blocks = reassembled(engine, [b for b in direct if b.ok])
         with ThreadPoolExecutor(2) as pool:
             refs = list(pool.map(lambda b, m=mcpu: llvm_mca_views(list(b.asm), m, ITERATIONS, SHOWN), blocks))

@@ -37,9 +37,11 @@ def block_accesses(
     ctx = step_context(context, warehouse, engine, settings)
     out = steps.record_accesses(ctx)
     stored = store.harness_version(warehouse.path, out.harness, ctx.uarch)
-    return dg.MaterializeResult(
-        data_version=versions.reported(context, warehouse.path, stored),
-        metadata={
+    return versions.materialized(
+        context,
+        warehouse.path,
+        stored,
+        {
             "harness": out.harness,
             "blocks": out.blocks,
             "new": out.new,
@@ -77,15 +79,17 @@ def default_params(
     that µarch's tuning re-run."""
     ctx = step_context(context, warehouse, engine, settings)
     out = steps.default_params(ctx)
-    yield dg.MaterializeResult(
-        metadata={
+    yield versions.materialized(
+        context,
+        warehouse.path,
+        out.data_version,
+        {
             "table_id": out.table_id,
             "model": out.model,
             "model_chosen_by": out.model_chosen_by,
             "rows": out.rows,
             "measured": out.measured,
         },
-        data_version=versions.reported(context, warehouse.path, out.data_version),
     )
     yield check_result("engine_exactness", exactness(warehouse.path, ctx.engine))
 
@@ -102,9 +106,11 @@ def block_features(
     ctx = step_context(context, warehouse, engine, settings)
     out = steps.block_features(ctx)
     stored = store.uarch_version(warehouse.path, "block_features", ctx.uarch)
-    return dg.MaterializeResult(
-        data_version=versions.reported(context, warehouse.path, stored),
-        metadata={
+    return versions.materialized(
+        context,
+        warehouse.path,
+        stored,
+        {
             "table_id": out.table_id,
             "blocks": out.blocks,
             "new": out.new,
@@ -123,9 +129,7 @@ def sampled_tables(
     are regenerated from preset and seed. Its data version names the tables and
     the train blocks they are simulated on."""
     out = steps.sampled_tables(step_context(context, warehouse, engine, settings))
-    return dg.MaterializeResult(
-        metadata=asdict(out), data_version=versions.reported(context, warehouse.path, out.data_version)
-    )
+    return versions.materialized(context, warehouse.path, out.data_version, asdict(out))
 
 
 @asset(GROUP, deps=[sampled_tables], partitions=UARCH_SHARDS, kinds={"duckdb", "ray"}, automation=FOLLOWS_UPSTREAM_DATA)
@@ -146,14 +150,16 @@ def simulations(
     out = steps.simulate_shard(
         ctx, shard_index(context), log=lambda line: (damaged.append(line), context.log.warning(line))
     )
-    return dg.MaterializeResult(
-        metadata={
+    return versions.materialized(
+        context,
+        warehouse.path,
+        out.data_version,
+        {
             **asdict(out),
             **({"warning": "; ".join(damaged)} if damaged else {}),
             "compute": compute.describe(),
             "dagster/row_count": simulations_store.simulated_rows(warehouse.path, ctx.uarch),
         },
-        data_version=versions.reported(context, warehouse.path, out.data_version),
     )
 
 
@@ -176,8 +182,11 @@ def surrogate(
     its fidelity against the engine on held-out blocks."""
     ctx = step_context(context, warehouse, engine, settings)
     out = steps.train_surrogate(ctx, log=context.log.info)
-    yield dg.MaterializeResult(
-        metadata={
+    yield versions.materialized(
+        context,
+        warehouse.path,
+        out.run_id,
+        {
             "run_id": out.run_id,
             "model": out.model,
             "checkpoint": dg.MetadataValue.path(out.checkpoint),
@@ -188,7 +197,6 @@ def surrogate(
             "n_train": out.n_train,
             "reused": out.reused,
         },
-        data_version=versions.reported(context, warehouse.path, out.run_id),
     )
     yield check_result(
         "surrogate_fidelity", quality.surrogate_fidelity(out.heldout_mape, ctx.settings.max_surrogate_heldout_mape)
@@ -224,7 +232,7 @@ def learned_params(
         meta["val_mape_by_step"] = markdown(pl.DataFrame(out.history))
         meta["stages"] = markdown(pl.DataFrame(out.stages))  # what each tuner gained on val, and cost
         meta["changed_rows"] = out.changed_rows
-    yield dg.MaterializeResult(metadata=meta, data_version=versions.reported(context, warehouse.path, out.table_id))
+    yield versions.materialized(context, warehouse.path, out.table_id, meta)
     yield check_result(
         "no_worse_than_default", quality.no_worse_than_default(out.default_val_mape, out.learned_val_mape)
     )
@@ -280,7 +288,7 @@ def evaluation(
     for e in out.explained:
         meta[f"why_{e['case'].replace(' ', '_')}"] = explained(e)
     stored = store.uarch_version(warehouse.path, "evaluation", ctx.uarch)
-    return dg.MaterializeResult(metadata=meta, data_version=versions.reported(context, warehouse.path, stored))
+    return versions.materialized(context, warehouse.path, stored, meta)
 
 
 def _test_overall(overall: pl.DataFrame) -> dict:

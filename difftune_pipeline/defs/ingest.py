@@ -34,9 +34,11 @@ def batch_metadata(summaries: list[ingest.BatchSummary]) -> dict:
     }
 
 
-def _stored(context: dg.AssetExecutionContext, warehouse: Warehouse, table: str) -> dg.DataVersion:
-    """The asset's data version: a fingerprint of its table's rows."""
-    return versions.reported(context, warehouse.path, store.table_version(warehouse.path, table))
+def _stored(
+    context: dg.AssetExecutionContext, warehouse: Warehouse, table: str, metadata: dict
+) -> dg.MaterializeResult:
+    """The asset's result, its data version a fingerprint of its table's rows."""
+    return versions.materialized(context, warehouse.path, store.table_version(warehouse.path, table), metadata)
 
 
 @asset(GROUP, kinds={"duckdb"})
@@ -47,9 +49,8 @@ def block_sources(
     ``block_sources``: which application each block comes from. New blocks are
     disassembled into ``blocks``; bad rows go to ``quarantine``."""
     summaries = [ingest.ingest_corpus(f, warehouse.path, engine.decoder()) for f in sources.corpus_files]
-    return dg.MaterializeResult(
-        metadata={**batch_metadata(summaries), **row_count(warehouse, "block_sources")},
-        data_version=_stored(context, warehouse, "block_sources"),
+    return _stored(
+        context, warehouse, "block_sources", {**batch_metadata(summaries), **row_count(warehouse, "block_sources")}
     )
 
 
@@ -63,37 +64,44 @@ def measurements(context: dg.AssetExecutionContext, warehouse: Warehouse, engine
         for f in sources.measurement_files
     ]
     added = add_uarchs(context.instance, ingestion.measured_uarchs(warehouse.path))
-    yield dg.MaterializeResult(
-        metadata={
+    yield _stored(
+        context,
+        warehouse,
+        "measurements",
+        {
             **batch_metadata(summaries),
             "new_uarchs": ", ".join(added) or "none",
             **row_count(warehouse, "measurements"),
         },
-        data_version=_stored(context, warehouse, "measurements"),
     )
     yield check_result(SANITY, measurement_sanity(warehouse.path, [s.batch_id for s in summaries]))
 
 
-@asset(
-    GROUP,
-    deps=[block_sources, measurements, "measurement_batches"],
-    kinds={"duckdb"},
-    automation=FOLLOWS_UPSTREAM,
-    writes=False,
-)
+# What reads the ingested data, and writes nothing.
+AFTER_INGESTION = {
+    "deps": [block_sources, measurements, "measurement_batches"],
+    "kinds": {"duckdb"},
+    "automation": FOLLOWS_UPSTREAM,
+    "writes": False,
+}
+
+
+@asset(GROUP, **AFTER_INGESTION)
 def blocks(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
     """Every distinct block, disassembled by LLVM (opcodes, AT&T text); blocks
     LLVM cannot decode stay, quarantined with the reason."""
     counts = ingestion.block_status_counts(warehouse.path)
     by_status = dict(zip(counts["status"].to_list(), counts["n"].to_list()))
-    return dg.MaterializeResult(
-        metadata={
+    return _stored(
+        context,
+        warehouse,
+        "blocks",
+        {
             "blocks_ok": by_status.get("ok", 0),
             "blocks_quarantined": by_status.get("quarantined", 0),
             "by_status": markdown(counts),
             **row_count(warehouse, "blocks"),
         },
-        data_version=_stored(context, warehouse, "blocks"),
     )
 
 
@@ -102,28 +110,23 @@ def splits(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.Materi
     """train/val/test (80/10/10) by block hash: stable as data grows, so no
     block ever moves between splits."""
     counts = ingest.assign_splits(warehouse.path)
-    return dg.MaterializeResult(
-        metadata={**{f"n_{k}": v for k, v in counts.items()}, **row_count(warehouse, "splits")},
-        data_version=_stored(context, warehouse, "splits"),
+    return _stored(
+        context, warehouse, "splits", {**{f"n_{k}": v for k, v in counts.items()}, **row_count(warehouse, "splits")}
     )
 
 
-@asset(
-    GROUP,
-    deps=[block_sources, measurements, "measurement_batches"],
-    kinds={"duckdb"},
-    automation=FOLLOWS_UPSTREAM,
-    writes=False,
-)
+@asset(GROUP, **AFTER_INGESTION)
 def quarantine(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
     """Input rows that never became a measurement or a block source, each with a
     reason (table ``quarantine``)."""
     reasons = ingestion.quarantine_reasons(warehouse.path)
-    return dg.MaterializeResult(
-        metadata={
+    return _stored(
+        context,
+        warehouse,
+        "quarantine",
+        {
             "rows": int(reasons["n"].sum()) if not reasons.is_empty() else 0,
             "top_reasons": markdown(reasons),
             **row_count(warehouse, "quarantine"),
         },
-        data_version=_stored(context, warehouse, "quarantine"),
     )

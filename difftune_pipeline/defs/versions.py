@@ -83,6 +83,11 @@ def reported(context: dg.AssetExecutionContext, db: str, version: str) -> dg.Dat
     return dg.DataVersion(version)
 
 
+def materialized(context: dg.AssetExecutionContext, db: str, version: str, metadata: dict) -> dg.MaterializeResult:
+    """A materialisation's result: its metadata, and ``version`` reported (``reported``)."""
+    return dg.MaterializeResult(metadata=metadata, data_version=reported(context, db, version))
+
+
 class Freshness:
     """Which asset partitions are up to date, asked in the order they run: each
     question reads the instance as it is then (what ran before is counted)."""

@@ -199,6 +199,10 @@ class Engine:
         measures its speed-up and exactness)."""
         block_idx = np.asarray(block_idx, dtype=np.int64)
         table_idx = np.asarray(table_idx, dtype=np.int64)
+        return self._pairs(blocks, tables, block_idx, table_idx, iterations, threads, cycle_cap, fast_forward)
+
+    def _pairs(self, blocks, tables, block_idx, table_idx, iterations, threads, cycle_cap, fast_forward) -> SimResult:
+        """``simulate_pairs`` here, on this process's threads (``RayEngine``: on its workers)."""
         compiled, errors = [], {}
         for i, t in enumerate(tables):
             try:
@@ -240,8 +244,13 @@ class Engine:
         """Chunks ``(table, block_idx, payload)``: blocks ``blocks[block_idx]`` under
         one table, each handed with its result to ``write(payload, result)``
         in the process that simulated it; yields what ``write`` returns, as chunks
-        finish. Here: in this process, consecutive chunks of one table together
-        (up to ``PER_CALL`` pairs) in one call on every thread."""
+        finish."""
+        return self._chunks(blocks, chunks, write, iterations, cycle_cap, fast_forward)
+
+    def _chunks(self, blocks, chunks, write, iterations, cycle_cap, fast_forward) -> Iterator:
+        """``simulate_chunks`` here: in this process, consecutive chunks of one table
+        together (up to ``PER_CALL`` pairs) in one call on every thread (``RayEngine``:
+        each chunk a task of a worker)."""
         group: list = []
         pairs = 0
         for chunk in chunks:

@@ -22,11 +22,11 @@ import math
 import os
 import socket
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from difftune_pipeline.engine import DEFAULT_CYCLE_CAP, DEFAULT_ITERATIONS, Block, Engine, ParamTable, SimResult
+from difftune_pipeline.engine import Block, Engine, ParamTable, SimResult
 
 MIN_CHUNK = 64  # pairs per task at least: a task costs about a millisecond of Ray's time
 SHIPPED_LISTS = 4  # block lists kept in the object store (a search reuses one for thousands of calls)
@@ -219,24 +219,11 @@ class RayEngine(Engine):
             table.harness,
         )
 
-    def simulate_pairs(
-        self,
-        blocks: list[Block],
-        tables: list[ParamTable | None],
-        block_idx,
-        table_idx,
-        *,
-        iterations: int = DEFAULT_ITERATIONS,
-        threads: int | None = None,
-        cycle_cap: int = DEFAULT_CYCLE_CAP,
-        fast_forward: bool = False,
-    ) -> SimResult:
-        """As ``Engine.simulate_pairs``, split into tasks over the workers
-        (``threads`` is the workers' business: each runs one)."""
+    def _pairs(self, blocks, tables, block_idx, table_idx, iterations, threads, cycle_cap, fast_forward) -> SimResult:
+        """``simulate_pairs`` split into tasks over the workers (``threads`` is the
+        workers' business: each runs one)."""
         import ray
 
-        block_idx = np.asarray(block_idx, dtype=np.int64)
-        table_idx = np.asarray(table_idx, dtype=np.int64)
         n = len(block_idx)
         if n == 0:
             return SimResult(np.zeros(0, dtype=np.int64), [], np.zeros(0))
@@ -259,20 +246,11 @@ class RayEngine(Engine):
             np.concatenate([p.steady for p in parts]),
         )
 
-    def simulate_chunks(
-        self,
-        blocks: list[Block],
-        chunks: Iterable[tuple[ParamTable | None, Sequence[int], object]],
-        write: Callable,
-        *,
-        iterations: int = DEFAULT_ITERATIONS,
-        cycle_cap: int = DEFAULT_CYCLE_CAP,
-        fast_forward: bool = False,
-    ) -> Iterator:
-        """As ``Engine.simulate_chunks``, each chunk a task of the least busy worker,
-        which calls ``write`` itself (a Parquet file written where it was computed);
-        ``IN_FLIGHT`` chunks per worker at most, so the chunks are read lazily. A
-        table is put in the object store once for its consecutive chunks."""
+    def _chunks(self, blocks, chunks, write, iterations, cycle_cap, fast_forward) -> Iterator:
+        """``simulate_chunks``, each chunk a task of the least busy worker, which calls
+        ``write`` itself (a Parquet file written where it was computed); ``IN_FLIGHT``
+        chunks per worker at most, so the chunks are read lazily. A table is put in the
+        object store once for its consecutive chunks."""
         import ray
 
         workers, busy, running = [], {}, {}  # running: future -> worker index

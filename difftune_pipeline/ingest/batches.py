@@ -88,6 +88,9 @@ class _Batch:
     def scope(self) -> str:
         return batch_scope(self.kind, self.uarch, self.app, self.unit)
 
+    def source(self, source_file: str) -> batch_state.BatchSource:
+        return batch_state.BatchSource(self.kind, self.uarch, self.app, source_file, self.at)
+
 
 # What DuckDB may hold while a batch is ingested: a chunk's rows, the blocks it looks up,
 # the sanity check's scan of the batch (it spills beyond this).
@@ -116,7 +119,7 @@ def _ingest(batch: _Batch, db: Path, engine: Engine, expected: str | None = None
                 note = f"batch {expected} is being ingested by {owner.describe(done['owner'])}: left to it"
                 return BatchSummary(expected, batch.kind, source, 0, 0, 0, status=status, note=note)
             batch_state.forget_batch(con, expected)  # a record of bytes never read, or a dead reader's rows
-            batch_state.begin_batch(con, expected, batch.kind, batch.uarch, batch.app, source, batch.at, me)
+            batch_state.begin_batch(con, expected, batch.source(source), me)
         try:
             n_read = _read(batch, db, engine, expected, me)
         except reader.FileChanged as exc:
@@ -178,9 +181,7 @@ def record_unread(
         if done is not None and (done["status"] not in UNREAD or done["owner"] not in (None, me)):
             return BatchSummary(batch_id, batch.kind, str(batch.path), 0, 0, 0, status=done["status"], note=note)
         batch_state.forget_batch(con, batch_id)
-        batch_state.record_unread(
-            con, batch_id, batch.kind, batch.uarch, batch.app, str(batch.path), status, note, batch.at
-        )
+        batch_state.record_unread(con, batch_id, batch.source(str(batch.path)), status, note)
     return BatchSummary(batch_id, batch.kind, str(batch.path), 0, 0, 0, status=status, note=note)
 
 

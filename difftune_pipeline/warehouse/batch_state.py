@@ -3,6 +3,7 @@ it, how its reading ended, and dropping it with what it added."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 import duckdb
@@ -42,19 +43,21 @@ def stored_batch(con: duckdb.DuckDBPyConnection, batch_id: str) -> dict | None:
     return dict(zip(keys, rows[0])) if rows else None
 
 
-def begin_batch(
-    con: duckdb.DuckDBPyConnection,
-    batch_id: str,
-    kind: str,
-    uarch: str | None,
-    app: str | None,
-    source_file: str,
-    at: datetime,
-    owner: str,
-) -> None:
+@dataclass(frozen=True)
+class BatchSource:
+    """What a batch's record says of where its rows come from."""
+
+    kind: str  # measurements | corpus
+    uarch: str | None
+    app: str | None
+    source_file: str
+    at: datetime  # when it was seen
+
+
+def begin_batch(con: duckdb.DuckDBPyConnection, batch_id: str, source: BatchSource, owner: str) -> None:
     """The record of a batch whose rows ``owner`` adds, chunk by chunk: ``ingesting``,
     so that none of them is usable before its verdict (``finish_batch``)."""
-    _insert_batch(con, [batch_id, kind, uarch, app, source_file, at, "ingesting", None, at, owner])
+    _insert_batch(con, batch_id, source, "ingesting", None, owner)
 
 
 def claim(con: duckdb.DuckDBPyConnection, batch_id: str, owner: str) -> bool:
@@ -90,28 +93,29 @@ def finish_batch(
     )
 
 
-def record_unread(
-    con: duckdb.DuckDBPyConnection,
-    batch_id: str,
-    kind: str,
-    uarch: str | None,
-    app: str | None,
-    source_file: str,
-    status: str,
-    reason: str,
-    at: datetime,
-) -> None:
+def record_unread(con: duckdb.DuckDBPyConnection, batch_id: str, source: BatchSource, status: str, reason: str) -> None:
     """A batch that ingested nothing because its bytes were gone or changed when read
     (``status`` changed | vanished), with ``reason``."""
-    _insert_batch(con, [batch_id, kind, uarch, app, source_file, at, status, reason, at, None])
+    _insert_batch(con, batch_id, source, status, reason, None)
 
 
-def _insert_batch(con: duckdb.DuckDBPyConnection, values: list) -> None:
+def _insert_batch(con, batch_id: str, source: BatchSource, status: str, reason: str | None, owner: str | None) -> None:
     scalar(
         con,
         "INSERT INTO batches (batch_id, kind, uarch, app, source_file, n_read, n_ingested, n_quarantined, "
         "ingested_at, status, status_reason, status_at, owner) VALUES (?, ?, ?, ?, ?, 0, 0, 0, ?, ?, ?, ?, ?)",
-        values,
+        [
+            batch_id,
+            source.kind,
+            source.uarch,
+            source.app,
+            source.source_file,
+            source.at,
+            status,
+            reason,
+            source.at,
+            owner,
+        ],
     )
 
 
