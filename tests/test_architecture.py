@@ -3,6 +3,7 @@ one added in a few lines), the engine's limits and port rule read from Python,
 and SQL only in the warehouse package."""
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -234,3 +235,12 @@ def test_imports_point_downward_and_only_the_dagster_layer_imports_dagster():
             theirs = _layer(imported)
             if theirs is not None and theirs != mine:
                 assert LAYERS.index(theirs) > LAYERS.index(mine), f"{module} imports {imported}"
+
+
+def test_modules_stay_small_and_the_command_stays_thin():
+    """A module holds one concept: none over 300 lines, and `difftune materialize`
+    is its arguments and what it prints (the run loop is ``defs.runner``)."""
+    package = ROOT / "difftune_pipeline"
+    sizes = {p.relative_to(package): len(p.read_text().splitlines()) for p in package.rglob("*.py")}
+    assert {p: n for p, n in sizes.items() if n > 300} == {}
+    assert sizes[Path("cli") / "materialize.py"] <= 150

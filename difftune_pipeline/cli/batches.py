@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from difftune_pipeline.cli.common import USER_ERRORS, WarehouseOpt, batches_app, console, err_console, fail, print_json
+from difftune_pipeline.cli.common import WarehouseOpt, batches_app, console, err_console, fail, print_json, user_errors
 from difftune_pipeline.warehouse import DEFAULT_PATH, batch_state, writer
 
 
@@ -21,10 +21,8 @@ def batches_list(
     """Every batch with its status: ok, failed_sanity (never feeds tuning), dropped, or
     changed / vanished (its file was rewritten or deleted before it was read: nothing
     of it was kept, and its bytes, seen again, are ingested); ingesting while it is read."""
-    try:
+    with user_errors():
         frame = batch_state.batches(warehouse)
-    except USER_ERRORS as exc:
-        raise fail(exc) from None
     if as_json:
         print_json(frame.to_dicts())
         return
@@ -71,11 +69,9 @@ def batches_drop(
     batch_id = batch_id.rsplit("-", 1)[-1]  # an inbox partition's key ends in its batch id
     if not warehouse.exists():
         raise fail(FileNotFoundError(f"no warehouse at {warehouse}"))
-    try:
+    with user_errors():
         with writer(warehouse) as con:
             result = batch_state.drop_batch(con, batch_id, reason)
-    except USER_ERRORS as exc:
-        raise fail(exc) from None
     if result["already_dropped"]:
         console.print(f"batch {escape(batch_id)} was already dropped: nothing changed")
         return

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import re
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
@@ -47,6 +49,15 @@ def _main() -> None:
 # stderr (exit status 2), never a traceback. (InvalidTable is a ValueError;
 # WarehouseBusy an OSError.)
 USER_ERRORS = (ValueError, KeyError, OSError, MemoryError, duckdb.Error)
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """A user's error inside (bad input, a missing file, a busy warehouse) as ``fail``'s one line and exit 2."""
+    try:
+        yield
+    except USER_ERRORS as exc:
+        raise fail(exc) from None
 
 
 def fail(exc: Exception) -> typer.Exit:

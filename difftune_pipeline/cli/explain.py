@@ -20,6 +20,7 @@ from difftune_pipeline.cli.common import (
     print_json,
     printable,
     read_input,
+    user_errors,
 )
 from difftune_pipeline.cli.params import resolve_table
 from difftune_pipeline.engine import MAX_SHOWN, MAX_TRACE_ITERATIONS
@@ -223,7 +224,7 @@ def explain(
         raise fail(ValueError("give exactly one of --hex and --asm"))
     if params is not None and table is not None:
         raise fail(ValueError("give at most one of --params and --table"))
-    try:
+    with user_errors():
         if hex_ is not None and (problem := hex_problem(canonical_hex(hex_))):
             raise ValueError(f"--hex: {problem}")
         engine = Engine(mcpu)
@@ -254,8 +255,6 @@ def explain(
             base=base,
         )
         report["measured"], report["measured_note"] = _measured(hex_, mcpu, warehouse)
-    except USER_ERRORS as exc:
-        raise fail(exc) from None
     if as_json:
         print_json(report)
     else:

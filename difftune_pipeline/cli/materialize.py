@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Column
 
 from difftune_pipeline.cli.capture import captured
-from difftune_pipeline.cli.common import USER_ERRORS, app, fail
+from difftune_pipeline.cli.common import app, fail, user_errors
 from difftune_pipeline.engine import CPUS, LLVM_VERSION
 
 
@@ -43,10 +43,8 @@ def materialize(
         warnings.simplefilter("ignore")
         from difftune_pipeline.defs import runner
 
-    try:
+    with user_errors():
         environment.read(os.environ, probe=True)
-    except USER_ERRORS as exc:
-        raise fail(exc) from None
     unknown = [u for u in uarch or [] if u not in CPUS]
     if unknown:
         raise fail(ValueError(f"--uarch {', '.join(unknown)}: not a CPU LLVM {LLVM_VERSION} models"))
@@ -89,10 +87,8 @@ def materialize(
     if not warehouse.exists():  # a selection that wrote nothing
         return
     print()
-    try:
+    with user_errors():
         show(warehouse, Console(highlight=False), uarchs=uarch or None)
-    except USER_ERRORS as exc:
-        raise fail(exc) from None
 
 
 @app.command()

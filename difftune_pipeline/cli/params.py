@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from difftune_pipeline.cli.common import USER_ERRORS, WarehouseOpt, console, fail, params_app, path_text
+from difftune_pipeline.cli.common import WarehouseOpt, console, params_app, path_text, user_errors
 from difftune_pipeline.warehouse import DEFAULT_PATH, tables, writer
 
 
@@ -52,12 +52,10 @@ def params_export(
     warehouse: WarehouseOpt = DEFAULT_PATH,
 ) -> None:
     """Write a parameter table as JSON that the engine imports."""
-    try:
+    with user_errors():
         name, t = resolve_table(table, mcpu, warehouse)
         out.parent.mkdir(parents=True, exist_ok=True)
         t.to_json(out)
-    except USER_ERRORS as exc:
-        raise fail(exc) from None
     console.print(
         f"wrote {escape(name)}: {len(t.rows)} opcodes of -mcpu={t.mcpu} (LLVM {t.llvm_version}) to {escape(str(out))}"
     )
@@ -74,7 +72,7 @@ def params_import(
     validated every parameter, so it can be diffed, exported and evaluated by id."""
     from difftune_pipeline.engine import Engine, ParamTable
 
-    try:
+    with user_errors():
         table = ParamTable.from_json(file)
         Engine(table.mcpu).compile(table)
         table_id = table_id or f"imported-{table.mcpu}-{table.fingerprint()}"
@@ -86,8 +84,6 @@ def params_import(
             new = tables.save_table(
                 con, table_id, table, kind="imported", note=note or f"imported from {path_text(file)}"
             )
-    except USER_ERRORS as exc:
-        raise fail(exc) from None
     console.print(
         f"{'stored' if new else 'already stored'}: {escape(table_id)} ({len(table.rows)} opcodes, -mcpu={table.mcpu})"
     )
@@ -106,7 +102,7 @@ def params_diff(
     from difftune_pipeline.engine import Engine, InvalidTable
     from difftune_pipeline.engine.table import diff
 
-    try:
+    with user_errors():
         name, t = resolve_table(table, mcpu, warehouse)
         base_name, base = resolve_table(against, t.mcpu, warehouse)
         if base.mcpu != t.mcpu:
@@ -117,8 +113,6 @@ def params_diff(
                 engine.compile(checked)
             except InvalidTable as exc:
                 raise ValueError(f"{ref}: {exc}") from None
-    except USER_ERRORS as exc:
-        raise fail(exc) from None
     frame = diff(base, t)
     if as_csv:
         sys.stdout.write(frame.write_csv())

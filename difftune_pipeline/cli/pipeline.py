@@ -22,6 +22,7 @@ from difftune_pipeline.cli.common import (
     fail,
     plain,
     print_json,
+    user_errors,
 )
 from difftune_pipeline.warehouse import DEFAULT_PATH
 from difftune_pipeline.warehouse.user_query import QueryLimits, user_query
@@ -79,10 +80,8 @@ def report(
     kernels against the rest, the predicted-vs-measured plot, moved parameters."""
     from difftune_pipeline.reporting import report as report_
 
-    try:
+    with user_errors():
         path = report_.build(warehouse, out)
-    except USER_ERRORS as exc:
-        raise fail(exc) from None
     console.print(f"wrote {escape(str(path))}")
 
 
@@ -99,10 +98,8 @@ def ui(
     from difftune_pipeline import environment
     from difftune_pipeline import ui as ui_
 
-    try:
+    with user_errors():
         environment.read(os.environ, probe=True)  # a bad setting is one line here, not a load error in the UI
-    except USER_ERRORS as exc:
-        raise fail(exc) from None
 
     def interrupt(*_):
         raise KeyboardInterrupt

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from difftune_pipeline.cli.common import USER_ERRORS, WarehouseOpt, app, fail, print_json
+from difftune_pipeline.cli.common import WarehouseOpt, app, print_json, user_errors
 from difftune_pipeline.warehouse import DEFAULT_PATH, evaluation
 
 TABLES = {  # name -> column heading
@@ -39,13 +39,11 @@ def results(
     the MAPE and Kendall tau of llvm-mca as shipped, of LLVM's table under the
     model the pipeline chose, and of the learned table; then where to go next.
     Reads only the warehouse."""
-    try:
+    with user_errors():
         if as_json:
             print_json(show(warehouse, None))
         else:
             show(warehouse, Console(highlight=False))
-    except USER_ERRORS as exc:
-        raise fail(exc) from None
 
 
 def show(db: Path, console: Console | None, uarchs: list[str] | None = None) -> dict[str, Any]:

@@ -13,14 +13,13 @@ from difftune_pipeline.cli.common import (
     CHUNK,
     MAX_ASM_BYTES,
     MAX_CSV_BYTES,
-    USER_ERRORS,
     app,
     console,
-    fail,
     path_text,
     print_json,
     progress,
     read_input,
+    user_errors,
 )
 from difftune_pipeline.ingest.blocks import canonical_hex, hex_problem
 from difftune_pipeline.ingest.rows import THROUGHPUT_BOUNDS, parse_number
@@ -192,10 +191,8 @@ def _print_report(report: dict, as_json: bool) -> None:
 
 
 def _run_and_print(mcpu, params, inputs, iterations, threads, as_json, model, harness_name, measure) -> None:
-    try:
+    with user_errors():
         report = run_table(mcpu, params, inputs(), iterations, threads, model, harness_name, measure)
-    except USER_ERRORS as exc:
-        raise fail(exc) from None
     _print_report(report, as_json)
 
 

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from difftune_pipeline.cli.common import USER_ERRORS, WarehouseOpt, app, console, err_console, fail
+from difftune_pipeline.cli.common import WarehouseOpt, app, console, err_console, fail, user_errors
 from difftune_pipeline.warehouse import DEFAULT_PATH, simulations, writer
 from difftune_pipeline.warehouse.simulation_files import resolve
 
@@ -23,14 +23,12 @@ def verify(
     `difftune materialize` simulates it again; exit status 1 when there was one."""
     if not warehouse.exists():
         raise fail(FileNotFoundError(f"no warehouse at {warehouse}"))
-    try:
+    with user_errors():
         checked = simulations.chunk_totals(warehouse)
         damaged = simulations.damaged_chunks(warehouse, None)
         if damaged and not check_only:
             with writer(warehouse) as con:
                 simulations.forget_chunks(con, [key for key, _, _ in damaged])
-    except USER_ERRORS as exc:
-        raise fail(exc) from None
     for _, file, why in damaged:
         err_console.print(f"[red]damaged:[/red] {escape(resolve(warehouse, file))}: {escape(why)}")
     n, size = checked

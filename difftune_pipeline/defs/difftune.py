@@ -13,7 +13,7 @@ from difftune_pipeline import quality, steps
 from difftune_pipeline.defs import versions
 from difftune_pipeline.defs.assets import asset
 from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM, FOLLOWS_UPSTREAM_DATA
-from difftune_pipeline.defs.metadata import blocking_check, check_result, explained, markdown, row_count
+from difftune_pipeline.defs.metadata import blocking_check, check_result, explained, markdown, row_count, split_test_figures
 from difftune_pipeline.defs.partitions import UARCH_SHARDS, UARCHS, shard_index
 from difftune_pipeline.defs.resources import Compute, DiffTuneSettings, EngineResource, Warehouse, step_context
 from difftune_pipeline.reporting.compare import worse_summary
@@ -262,7 +262,7 @@ def evaluation(
         "model": out.model,
         "measure": out.measure,  # what the figures score: steady (BHive's quantity) or total
         **{f"{name.replace('-', '_')}_table": table_id for name, table_id in out.tables.items()},
-        **_test_overall(test.filter(pl.col("slice") == "all")),
+        **split_test_figures(test.filter(pl.col("slice") == "all")),
         # the same tables scored by the other measure
         **{
             f"{name.replace('-', '_')}_test_mape_pct_other_measure": round(100 * mape, 2)
@@ -289,14 +289,3 @@ def evaluation(
         meta[f"why_{e['case'].replace(' ', '_')}"] = explained(e)
     stored = store.uarch_version(warehouse.path, "evaluation", ctx.uarch)
     return versions.materialized(context, warehouse.path, stored, meta)
-
-
-def _test_overall(overall: pl.DataFrame) -> dict:
-    """The test split's overall MAPE (%) and Kendall tau of each table (None before any block is evaluated)."""
-    row = overall.row(0, named=True) if overall.height else {}
-    figure = lambda col, scale, digits: None if row.get(col) is None else round(scale * row[col], digits)  # noqa: E731
-    out = {}
-    for name in ("llvm_mca", "default", "learned"):
-        out[f"test_{name}_mape_pct"] = figure(f"{name}_mape", 100, 2)
-        out[f"test_{name}_kendall_tau"] = figure(f"{name}_tau", 1, 3)
-    return out

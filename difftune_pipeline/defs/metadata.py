@@ -66,3 +66,14 @@ def check_result(name: str, verdict: Verdict) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(
         check_name=name, passed=verdict.passed, description=verdict.description, metadata=verdict.metadata
     )
+
+
+def split_test_figures(overall: pl.DataFrame) -> dict:
+    """The test split's overall MAPE (%) and Kendall tau of each table (None before any block is evaluated)."""
+    row = overall.row(0, named=True) if overall.height else {}
+    figure = lambda col, scale, digits: None if row.get(col) is None else round(scale * row[col], digits)  # noqa: E731
+    out = {}
+    for name in ("llvm_mca", "default", "learned"):
+        out[f"test_{name}_mape_pct"] = figure(f"{name}_mape", 100, 2)
+        out[f"test_{name}_kendall_tau"] = figure(f"{name}_tau", 1, 3)
+    return out
