@@ -13,7 +13,14 @@ from difftune_pipeline import quality, steps
 from difftune_pipeline.defs import versions
 from difftune_pipeline.defs.assets import asset
 from difftune_pipeline.defs.automation import FOLLOWS_UPSTREAM, FOLLOWS_UPSTREAM_DATA
-from difftune_pipeline.defs.metadata import blocking_check, check_result, explained, markdown, row_count, split_test_figures
+from difftune_pipeline.defs.metadata import (
+    blocking_check,
+    check_result,
+    explained,
+    markdown,
+    row_count,
+    split_test_figures,
+)
 from difftune_pipeline.defs.partitions import UARCH_SHARDS, UARCHS, shard_index
 from difftune_pipeline.defs.resources import Compute, DiffTuneSettings, EngineResource, Warehouse, step_context
 from difftune_pipeline.reporting.compare import worse_summary
