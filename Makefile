@@ -46,8 +46,10 @@ screenshots: setup chromium
 	$(VENV)/bin/python bench/ui_screenshots.py
 
 bench: setup
+	$(VENV)/bin/python bench/engine_exactness.py
 	$(VENV)/bin/python bench/engine_speed.py
 	$(VENV)/bin/python bench/ingest_throughput.py
+	$(VENV)/bin/python bench/prediction_invariance.py
 
 clean:
 	rm -rf build $(VENV) $(DAGSTER_HOME) warehouse/difftune.duckdb warehouse/models
