@@ -96,15 +96,15 @@ class DispatchWidthTuner:
         return best, history
 
 
+def _toward_five(engine, default):
+    """A problem with no blocks whose val score is how far the dispatch width is from 5."""
+    score = lambda t: abs(t.globals["dispatch_width"] - 5)  # noqa: E731
+    return tuners.Problem(engine=engine, blocks=[], measured=np.array([]), default=default, score=score)
+
+
 def test_a_second_start_from_the_default_wins_only_when_better_on_val(haswell):
     default = haswell.default_table()
-    problem = tuners.Problem(
-        engine=haswell,
-        blocks=[],
-        measured=np.array([]),
-        default=default,
-        score=lambda t: abs(t.globals["dispatch_width"] - 5),
-    )
+    problem = _toward_five(haswell, default)
     second = tuners.FromDefault(DispatchWidthTuner())
     assert second.stage == "toy from default" and second.config == DispatchWidthTuner.config
     good, bad = default.copy(), default.copy()
@@ -132,13 +132,7 @@ def test_a_tuner_runs_again_from_its_result_while_val_falls(haswell):
     default = haswell.default_table()
     start = default.copy()
     start.globals["dispatch_width"] = 2
-    problem = tuners.Problem(
-        engine=haswell,
-        blocks=[],
-        measured=np.array([]),
-        default=default,
-        score=lambda t: abs(t.globals["dispatch_width"] - 5),
-    )
+    problem = _toward_five(haswell, default)
     again = tuners.Repeated(StepTuner(), 10)
     assert again.stage == "step again" and again.config == {"tuner": StepTuner.config, "times": 10}
     found, history = again.tune(start, problem)
