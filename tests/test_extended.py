@@ -4,11 +4,13 @@ models fall back, with a reason, on blocks they cannot run."""
 
 import json
 
+import numpy as np
 import pytest
 
 from difftune_pipeline import harness
 from difftune_pipeline.engine import Engine, InvalidTable, ParamTable, extended
 from difftune_pipeline.engine.reference import llvm_mca_many
+from difftune_pipeline.model.metrics import helps_where_it_changes
 
 ITER = 100
 
@@ -482,3 +484,23 @@ def test_extended_is_each_generations_own():
 def test_bad_model_names_are_refused(name, message):
     with pytest.raises(ValueError, match=message):
         extended.parse(name)
+
+
+def test_a_mechanism_is_judged_on_the_blocks_it_changes():
+    """Two blocks of a hundred change: both come closer, so it helps, though the
+    whole MAPE moves by little; one closer and one further by more does not."""
+    measured = np.full(100, 100.0)
+    before = np.full(100, 110.0)
+    after = before.copy()
+    after[:2] = [101.0, 100.0]
+    helps, how = helps_where_it_changes(before, after, measured)
+    assert helps and how == "2 blocks changed, 2 closer, 0 further, MAPE there 10.0% -> 0.5%"
+    after[:2] = [100.0, 140.0]
+    assert helps_where_it_changes(before, after, measured)[0] is False
+    assert helps_where_it_changes(before, before, measured) == (False, "changes no block")
+    after = before.copy()
+    after[0] = np.nan  # a block the engine refused is not a change
+    assert helps_where_it_changes(before, after, measured) == (False, "changes no block")
+    assert extended.optional("haswell") == ("move_elimination", "locked") and extended.optional("znver1") == ()
+    assert extended.label((*extended.for_cpu("haswell"), "locked"), "bhive", "haswell") == "extended+locked"
+    assert extended.label(("front_end",), "none", "haswell") == "llvm-mca+front_end"

@@ -42,6 +42,23 @@ def candidates(mcpu: str) -> dict[tuple[str, ...], str]:
     return out
 
 
+def optional(mcpu: str) -> tuple[str, ...]:
+    """The mechanisms ``mcpu``'s generation has that ``extended`` leaves out
+    (``move_elimination``, ``locked``): ``auto`` adds each where it helps the train
+    and val blocks it changes (``metrics.helps_where_it_changes``)."""
+    generation = generations.of(mcpu)
+    return tuple(m for m in generation.mechanisms if m not in generation.extended) if generation else ()
+
+
+def label(mechanisms, harness: str, mcpu: str) -> str:
+    """How a model reads in results: ``extended``, or ``extended+locked`` (its
+    generation's ``extended`` and more), else its name (``name``)."""
+    full = for_cpu(mcpu)
+    if full and set(full) <= set(mechanisms):
+        return "+".join(["extended", *(m for m in mechanisms if m not in full)])
+    return name(mechanisms, harness)
+
+
 def eliminable_moves(mcpu: str) -> frozenset[str]:
     """The move opcodes ``mcpu`` may rename away, so whose latency may be 0 (none
     on a CPU without move elimination or without the extended model's rules)."""

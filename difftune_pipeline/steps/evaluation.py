@@ -126,7 +126,7 @@ def evaluate_latest(ctx: StepContext) -> Evaluated:
     predicted, comparison = three_tables(ctx.db, ctx.uarch, compared, evaluations, measure)
     worse = worse_share(predicted, "default", "learned")
     learned = tables.load_table(ctx.db, learned_id)
-    model = "extended" if set(default.mechanisms) == set(extended.for_cpu(default.mcpu)) else default.model
+    model = extended.label(default.mechanisms, default.harness, default.mcpu)
     key = fingerprint(compared, ingestion.measurement_totals(ctx.db, ctx.uarch), CODE_VERSIONS["evaluation"])
     figures = load_figures(ctx.db, ctx.uarch, key)
     reused = figures is not None
