@@ -17,10 +17,12 @@ from difftune_pipeline.engine import mechanisms
 # elimination are left to ``auto``, which adds each where it helps the blocks it
 # changes (``extended.optional``): a locked instruction is in about 1 of 500 of
 # BHive's blocks, too few to move the whole val MAPE. Move elimination made the
-# tables worse wherever it was measured: on the ``full`` Haswell test split, the
-# pipeline's extended table scored 12.07% MAPE with it and 10.32% without, and
-# adding it to llvm-mca's learned table took 12.57% to 13.03% (Ivy Bridge and
-# Skylake: worse too). See docs/history.md.
+# learned tables worse wherever it was measured: on the ``full`` Haswell test
+# split, the pipeline's extended table scored 12.07% MAPE with it and 10.32%
+# without, and adding it to llvm-mca's learned table took 12.57% to 13.03% (Ivy
+# Bridge and Skylake: worse too; docs/history.md); under LLVM's values the blocks
+# it changes get worse on Haswell and Skylake and better on Ivy Bridge
+# (bench/optional_mechanisms.py).
 COMMON = ("front_end", "memory", "stack_engine")
 _INTEL = ("front_end", "memory", "stack_engine", "move_elimination", "locked", "partial_register")
 
