@@ -39,3 +39,7 @@ class SimResult:
         what BHive measures (the difference of two unroll counts, so the pipeline's fill
         and drain cancel), or ``total``, llvm-mca's Total Cycles (at 100 iterations)."""
         return self.steady if check_measure(measure) == "steady" else self.cycles.astype(np.float64)
+
+    def predicted_or_nan(self, measure: str) -> np.ndarray:
+        """``predicted``, NaN where the engine refused the pair."""
+        return np.where(self.ok, self.predicted(measure), np.nan)

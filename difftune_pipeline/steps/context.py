@@ -176,7 +176,7 @@ class StepContext:
         result = self.engine.simulate(
             blocks, table, iterations=self.settings.iterations, fast_forward=self.settings.measure == "steady"
         )
-        return np.where(result.ok, result.predicted(self.settings.measure), np.nan)
+        return result.predicted_or_nan(self.settings.measure)
 
     def llvm_default(self) -> ParamTable:
         """LLVM's own table over every measured block (llvm-mca's model)."""

@@ -65,7 +65,7 @@ class Problem:
         """The engine's cycles per 100 iterations of each train block under ``table``
         (NaN where it refuses one), fast-forwarded as the search's train simulations are."""
         result = self.engine.simulate(self.blocks, table, fast_forward=self.measure == "steady")
-        return np.where(result.ok, result.predicted(self.measure), np.nan)
+        return result.predicted_or_nan(self.measure)
 
 
 class Tuner(Protocol):
