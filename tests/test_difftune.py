@@ -521,3 +521,52 @@ def test_refitting_makes_the_surrogate_closer_to_the_engine_where_it_went(simula
     after = [_fidelity(view.predict, *v) for v in visited]
     assert sum(after) < sum(before)
     assert not any(p.requires_grad for p in view.model.parameters())  # frozen again for tuning
+
+
+def test_joint_moves_are_ranked_by_the_surrogate_and_kept_by_the_engine(simulated):
+    """From a table slower on many rows, the surrogate's ranking moves several rows
+    at once; a surrogate that ranks backwards gets nothing past the engine."""
+    from difftune_pipeline.tuners.joint import improve_jointly
+    from difftune_pipeline.tuners.search import Search, SearchConfig
+
+    problem = _gradient_problem(simulated)
+    view = problem.surrogate
+    slower = view.space.decode(*[a * 2 + 1 for a in view.space.encode(problem.default)], problem.default)
+
+    def state():
+        args = (problem.engine, problem.blocks, problem.measured, problem.default)
+        return Search(*args, SearchConfig(budget=50_000, prior=0.0), start=slower)
+
+    joint = state()
+    before = joint.train_mape
+    accepted = improve_jointly(joint, view, tries=3)
+    assert accepted and all(int(label.split(" rows")[0]) >= 4 for label in accepted)
+    assert joint.train_mape < before
+    backwards = state()
+    reverse = type(view)(lambda m, g, idx: -view.predict(m, g, idx), view.space)
+    improve_jointly(backwards, reverse, tries=3)
+    assert backwards.train_mape <= before
+
+
+def test_the_tuning_records_the_tables_it_visited_and_the_surrogate_near_its_table(simulated):
+    """The gradient's tables and the ones drawn near its result are simulations
+    like the others (Parquet, read with SQL); its stage says how close the surrogate was there."""
+    from difftune_pipeline.warehouse.user_query import user_query
+
+    chosen = steps.StepContext(simulated.db, simulated.engine, override(TINY, {"tuner": "surrogate"}))
+    out = steps.learn(chosen, log=lambda *_: None)
+    surrogate = next(s for s in out.stages if s["stage"] == "surrogate")
+    assert 0 <= surrogate["near_anchored_mape"] < surrogate["near_level_mape"] and surrogate["near_engine_change"] > 0
+    n_train, n_val = (len(simulated.blocks(s)[0]) for s in ("train", "val"))
+    _, visited = user_query(
+        "SELECT sp.split, t.table_id, count(*) AS n FROM simulations s JOIN param_tables t USING (table_id) "
+        "JOIN splits sp USING (block_id) WHERE t.kind = 'visited' GROUP BY ALL ORDER BY ALL",
+        simulated.db,
+    )
+    sizes = [(split, n) for split, _, n in visited]
+    assert sizes.count(("val", n_val)) >= 5  # the learned table and four drawn near it, on every val block
+    assert ("train", n_train) in sizes  # LLVM's table and each round's, on every train block
+    assert set(sizes) <= {("train", n_train), ("val", n_val)}
+    assert store.query("SELECT count(*) FROM simulation_chunks WHERE shard = 'tuning'", simulated.db).item() == len(
+        sizes
+    )

@@ -31,7 +31,7 @@ CODE_VERSIONS = {
     "sampled_tables": "2",
     "simulations": "2",
     "surrogate": "7",
-    "learned_params": "13",
+    "learned_params": "14",
     "evaluation": "6",
 }
 
@@ -81,6 +81,15 @@ class StepContext:
     @property
     def simulation_root(self) -> str:
         return self.simulations or simulation_files.default_root(self.db)
+
+    def chunk_writer(self, shard: str, iterations: int) -> simulation_files.ChunkWriter:
+        """Writes this µarch's simulated chunks under ``shard``; paths resolved here
+        (a Ray worker's working folder may be another)."""
+        root = self.simulation_root
+        root = root if "://" in root else str(Path(root).resolve())
+        return simulation_files.ChunkWriter(
+            root, str(Path(self.db).resolve()), self.uarch, self.engine.llvm_version, iterations, shard
+        )
 
     @property
     def models_dir(self) -> Path:

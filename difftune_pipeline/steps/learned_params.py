@@ -10,6 +10,7 @@ from dataclasses import asdict, replace
 from difftune_pipeline.determinism import deterministic, seed_of
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.model.params import ParamSpace
+from difftune_pipeline.steps import tuning_records
 from difftune_pipeline.steps.context import CODE_VERSIONS, StepContext, fingerprint
 from difftune_pipeline.steps.results import Learned
 from difftune_pipeline.steps.surrogate import latest_surrogate, load_surrogate
@@ -43,6 +44,7 @@ def learn(ctx: StepContext, log=print) -> Learned:
     view = _surrogate_view(ctx, surrogate_run) if needs_surrogate else None
     train_frame, train_blocks = ctx.blocks("train")
     val_frame, val_blocks = ctx.blocks("val")
+    ids = {"train": train_frame["block_id"].to_list(), "val": val_frame["block_id"].to_list()}
     problem = Problem(
         engine=ctx.engine,
         blocks=[train_blocks[b] for b in train_frame["block_id"]],
@@ -54,6 +56,7 @@ def learn(ctx: StepContext, log=print) -> Learned:
         measure=settings.measure,
         val_blocks=[val_blocks[b] for b in val_frame["block_id"]],
         val_measured=val_frame["cycles_per_100"].to_numpy(),
+        record=tuning_records.recorder(ctx, default_id, ids),
     )
     t0 = time.perf_counter()
     with deterministic(settings.surrogate_config.threads):
@@ -111,12 +114,14 @@ def _learned_id(ctx: StepContext, tuners: list[Tuner], surrogate_run_id: str | N
 
 
 def _surrogate_view(ctx: StepContext, surrogate_run: dict) -> SurrogateView:
-    """The surrogate's predictor over the train blocks, in its parameter space."""
+    """The surrogate's predictors over the train and val blocks, in its parameter space."""
     surrogate = load_surrogate(surrogate_run)
-    train_frame, train_blocks = ctx.blocks("train")
-    predict = surrogate.predictor([train_blocks[b] for b in train_frame["block_id"]])
+    predict = {}
+    for split in ("train", "val"):
+        frame, blocks = ctx.blocks(split)
+        predict[split] = surrogate.predictor([blocks[b] for b in frame["block_id"]])
     space = ParamSpace.create(surrogate.row_keys, ctx.engine, ctx.default_table()[1])
-    return SurrogateView(predict, space, surrogate.model)
+    return SurrogateView(predict["train"], space, surrogate.model, predict["val"])
 
 
 def _val_figures(ctx: StepContext, default: ParamTable, learned: ParamTable) -> dict:

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 from difftune_pipeline.model.sampling import SampledTable, planned_blocks, shard_of
 from difftune_pipeline.steps.context import StepContext, fingerprint
 from difftune_pipeline.steps.results import ShardSimulated
 from difftune_pipeline.warehouse import simulations, tables, writer
-from difftune_pipeline.warehouse.simulation_files import Chunk, ChunkWriter, chunk_key, resolve, sizes
+from difftune_pipeline.warehouse.simulation_files import Chunk, chunk_key, resolve, sizes
 
 CHUNK = 512  # pairs per chunk: a worker's task of a second or two, and one file
 RECORD_EVERY = 2.0  # seconds between transactions that record finished chunks
@@ -52,10 +51,7 @@ def simulate_shard(ctx: StepContext, shard: int, chunk: int = CHUNK, log=print) 
     by_id = {t.table_id: t for t in mine}
     iterations = ctx.settings.iterations
     ids = sorted(blocks)
-    root = ctx.simulation_root if "://" in ctx.simulation_root else str(Path(ctx.simulation_root).resolve())
-    files = ChunkWriter(  # paths resolved here: a worker's working folder may be another
-        root, str(Path(ctx.db).resolve()), ctx.uarch, ctx.engine.llvm_version, iterations, f"shard-{shard}"
-    )
+    files = ctx.chunk_writer(f"shard-{shard}", iterations)
     started, t0 = time.time(), time.perf_counter()
     damaged = simulations.damaged_chunks(ctx.db, list(by_id))
     for _, file, why in damaged:  # deleted, truncated or altered since it was recorded: simulated again

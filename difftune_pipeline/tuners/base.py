@@ -17,7 +17,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 import torch
 
-from difftune_pipeline.engine import Engine, ParamTable
+from difftune_pipeline.engine import Engine, ParamTable, SimResult
 from difftune_pipeline.engine.table import canonical_row
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.surrogates import Predict
@@ -40,12 +40,14 @@ def check_prior(setting: str, value: float) -> None:
 
 @dataclass
 class SurrogateView:
-    """A surrogate's predictor over the train blocks, in its parameter space, and
-    its module (which the gradient tuner refits to the engine where it goes)."""
+    """A surrogate's predictor over the train blocks (and the val blocks), in its
+    parameter space, and its module (which the gradient tuner refits to the engine
+    where it goes)."""
 
     predict: Predict
     space: ParamSpace
     model: torch.nn.Module | None = None
+    val_predict: Predict | None = None  # over the val blocks: the surrogate's fidelity on pairs it never saw
 
 
 @dataclass(kw_only=True)
@@ -60,12 +62,32 @@ class Problem:
     measure: str = "steady"  # what the engine's cycles are read as (engine.SimResult.predicted)
     val_blocks: list = ()  # the val blocks ``score`` judges on, and their measured cycles per 100 iterations
     val_measured: np.ndarray | None = None
+    # record(table, split, result): keeps the engine's simulations of a table the tuning visited
+    record: Callable[[ParamTable, str, SimResult], None] | None = None
 
     def train_cycles(self, table: ParamTable) -> np.ndarray:
         """The engine's cycles per 100 iterations of each train block under ``table``
         (NaN where it refuses one), fast-forwarded as the search's train simulations are."""
-        result = self.engine.simulate(self.blocks, table, fast_forward=self.measure == "steady")
+        return self.cycles(table, "train")
+
+    def cycles(self, table: ParamTable, split: str) -> np.ndarray:
+        """The engine's cycles of the train or val blocks under ``table`` (NaN where it
+        refuses one; train blocks fast-forwarded in steady state), recorded when ``record`` is given."""
+        blocks = self.blocks if split == "train" else self.val_blocks
+        result = self.engine.simulate(blocks, table, fast_forward=split == "train" and self.measure == "steady")
+        if self.record:
+            self.record(table, split, result)
         return result.predicted_or_nan(self.measure)
+
+
+def surrogate_cycles(predict: Predict, space: ParamSpace, table: ParamTable, idx, batch: int = 512) -> np.ndarray:
+    """The surrogate's cycles of the blocks ``idx`` (positions in what ``predict`` was built over) under ``table``."""
+    matrix, globals_ = (torch.tensor(a) for a in space.encode(table))
+    idx = torch.as_tensor(np.asarray(idx, dtype=np.int64))
+    with torch.no_grad():
+        return torch.cat(
+            [predict(matrix, globals_, idx[i : i + batch]) for i in range(0, len(idx), batch)] or [torch.zeros(0)]
+        ).numpy()
 
 
 class Tuner(Protocol):
@@ -153,6 +175,8 @@ def run(tuners: list[Tuner], problem: Problem) -> tuple[ParamTable, list[dict], 
                 "val_gain": before - val,
                 "engine_simulations": engine.simulations - spent,
                 "seconds": time.perf_counter() - t0,
+                # what a tuner measured of its surrogate near its table (tuners.fidelity)
+                **{k: v for h in steps for k, v in h.items() if k.startswith("near_")},
             }
         )
     return best, history, stages

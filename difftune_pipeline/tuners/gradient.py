@@ -31,6 +31,7 @@ from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.surrogates import Predict, mape_loss, relative_error
 from difftune_pipeline.tuners.base import FAILED_ERROR, Problem, check_prior, log_scale
+from difftune_pipeline.tuners.fidelity import fidelity_near
 
 
 @dataclass
@@ -209,17 +210,28 @@ def _same(space: ParamSpace, a: ParamTable, b: ParamTable) -> bool:
 
 
 def gradient(
-    predict: Predict, n_blocks: int, space: ParamSpace, table: ParamTable, measured: np.ndarray, batch: int = 512
+    predict: Predict,
+    n_blocks: int,
+    space: ParamSpace,
+    table: ParamTable,
+    measured: np.ndarray,
+    batch: int = 512,
+    engine: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """d(train MAPE through the surrogate)/d(parameters) at ``table``, per row of
-    the space: what the surrogate says each parameter would do to the error."""
+    the space: what the surrogate says each parameter would do to the error. With
+    ``engine`` (its cycles of the train blocks at ``table``), the surrogate is
+    trusted for differences: each block's error is the engine's, moved by the surrogate."""
     matrix, globals_ = space.encode(table)
     theta = torch.tensor(matrix, requires_grad=True)
     g = torch.tensor(globals_)
     truth = torch.tensor(measured, dtype=torch.float32)
     for start in range(0, n_blocks, batch):
         idx = torch.arange(start, min(n_blocks, start + batch))
-        loss = relative_error(predict(theta, g, idx), truth[idx]).sum() / n_blocks
+        pred = predict(theta, g, idx)
+        if engine is not None:
+            pred = pred + (torch.tensor(engine[start : start + len(idx)], dtype=torch.float32) - pred.detach())
+        loss = relative_error(pred, truth[idx]).sum() / n_blocks
         loss.backward()
     grad = theta.grad.numpy()
     return {key: grad[i] for i, key in enumerate(space.keys) if np.any(grad[i])}
@@ -239,7 +251,7 @@ class SurrogateTuner:
         space = problem.surrogate.space
         if self.config.start == "random":
             start = space.sampled_table("difftune", self.config.seed, problem.default)
-        return tune(
+        best, history = tune(
             problem.surrogate.predict,
             len(problem.blocks),
             space,
@@ -252,3 +264,12 @@ class SurrogateTuner:
             simulate=problem.train_cycles,
             model=problem.surrogate.model,
         )
+        if problem.surrogate.val_predict is not None and len(problem.val_blocks):
+            near = fidelity_near(problem, best, self.config.trust, seed=self.config.seed)
+            problem.log(
+                f"tune: near the table, on val: the surrogate {100 * near['near_level_mape']:.2f}% off the engine, "
+                f"trusted for differences {100 * near['near_anchored_mape']:.2f}% "
+                f"(the table's own cycles {100 * near['near_engine_change']:.2f}%)"
+            )
+            history.append(near)
+        return best, history

@@ -69,7 +69,7 @@ MIGRATIONS: list[str | Callable[[duckdb.DuckDBPyConnection, Path], None]] = [
         table_id   VARCHAR PRIMARY KEY,
         mcpu       VARCHAR NOT NULL,
         llvm_version VARCHAR NOT NULL,
-        kind       VARCHAR NOT NULL,      -- default | sampled | learned | imported
+        kind       VARCHAR NOT NULL,      -- default | sampled | learned | imported | baseline | visited (tuning)
         preset     VARCHAR,               -- sampled: the sampling preset
         seed       BIGINT,                -- sampled: the seed (values are regenerated from preset+seed)
         parent_id  VARCHAR,               -- learned: the table it started from

@@ -52,6 +52,7 @@ SCHEMA = pa.schema(
 )
 # The columns of a chunk's record in ``simulation_chunks`` (less recorded_at).
 CHUNK_COLUMNS = ("chunk_key", "mcpu", "table_id", "iterations", "shard", "file", "rows", "failed", "bytes", "sha256")
+TUNING = "tuning"  # the shard of the tables the tuning visited (steps.tuning_records); the others are shard-N
 TEMPORARY = ".tmp"  # suffix of a file being written (hidden: its name starts with a dot)
 
 

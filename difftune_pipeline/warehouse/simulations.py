@@ -113,10 +113,9 @@ def simulation_totals(db: Db, table_ids: list[str]) -> tuple:
 
 
 def simulated_rows(db: Db, mcpu: str) -> int:
-    """Rows of the recorded chunks of ``mcpu`` (from their records: no file is read)."""
-    return int(
-        query("SELECT coalesce(sum(rows), 0)::BIGINT AS n FROM simulation_chunks WHERE mcpu = ?", db, [mcpu]).item()
-    )
+    """Rows of the recorded chunks of ``mcpu``'s sampled tables (from their records: no file is read)."""
+    sql = "SELECT coalesce(sum(rows), 0)::BIGINT AS n FROM simulation_chunks WHERE mcpu = ? AND shard <> ?"
+    return int(query(sql, db, [mcpu, simulation_files.TUNING]).item())
 
 
 # A pair as a surrogate streams it: block position, table position, the engine's cycles.
