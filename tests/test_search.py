@@ -130,26 +130,3 @@ def test_train_simulations_fast_forward_as_configured(haswell, haswell_train, mo
         config = SearchConfig(budget=2000, rounds=1, fast_forward=fast_forward)
         search(haswell, blocks, measured, default, lambda t: 0.0, config, log=lambda *_: None, measure=measure)
         assert len(seen) > 1 and set(seen) == {fast_forward and measure == "steady"}
-
-
-def test_rows_moved_together_are_kept_only_when_the_engine_confirms(haswell, haswell_train):
-    """A joint move (tuners.joint) is judged by the engine on every block any of its rows is in."""
-    blocks, measured = haswell_train
-    default = haswell.default_table(blocks)
-    worse = default.copy()
-    keys = ("MOV64rm", "MOV32rm", "ADD64rr")
-    for key in keys:
-        worse.rows[key] = {**worse.rows[key], "latency": [v + 6 for v in worse.rows[key]["latency"]]}
-    state = Search(haswell, blocks, measured, default, SearchConfig(budget=6000, prior=0.0), start=worse)
-    before, spent = state.train_mape, state.spent
-    further = {k: {**worse.rows[k], "latency": [v + 6 for v in worse.rows[k]["latency"]]} for k in keys}
-    assert not state.improve_rows(further)  # slower still: refused, nothing changes
-    assert state.train_mape == before and state.changes["MOV64rm"] == worse.rows["MOV64rm"]
-    touched = np.unique(np.concatenate([state.index[k] for k in keys]))
-    assert state.spent - spent == len(touched)  # the blocks of those rows, no others
-    assert state.improve_rows({k: default.rows[k] for k in keys})
-    assert state.train_mape < before
-    fresh = Search(haswell, blocks, measured, default, SearchConfig(), start=state.full_table())
-    assert np.allclose(fresh.signed, state.signed)  # the errors kept are the engine's under the new table
-    state.spent = state.config.budget
-    assert not state.improve_rows(further)  # past its budget a search simulates nothing

@@ -13,7 +13,6 @@ import numpy as np
 from difftune_pipeline.engine import Engine, ParamTable
 from difftune_pipeline.tuners.base import Problem
 from difftune_pipeline.tuners.gradient import gradient
-from difftune_pipeline.tuners.joint import improve_jointly
 from difftune_pipeline.tuners.moves import Proposer, gradient_proposer
 from difftune_pipeline.tuners.search import Search, SearchConfig
 
@@ -27,14 +26,12 @@ def search(
     config: SearchConfig,
     start: ParamTable | None = None,
     proposer: Callable[[ParamTable], Proposer] | None = None,
-    joint: Callable[[Search], list[str]] | None = None,
     log=print,
     measure: str = "steady",
 ) -> tuple[ParamTable, list[dict]]:
     """Coordinate search from ``start`` (default: ``default``); returns the table
     best on ``score`` (engine MAPE on val) among the start and each round's end.
-    ``proposer(current table)``, called each round, chooses the moves to try;
-    ``joint(state)``, called each round first, moves many rows at once."""
+    ``proposer(current table)``, called each round, chooses the moves to try."""
     t0 = time.perf_counter()
     state = Search(engine, blocks, measured, default, config, start, measure)
     best = state.full_table()
@@ -51,7 +48,7 @@ def search(
     ]
     log(f"search: start train MAPE {100 * state.train_mape:.2f}%, val {100 * best_score:.2f}%")
     for round_ in range(1, config.rounds + 1):
-        accepted = state.improve_globals() + (joint(state) if joint else [])
+        accepted = state.improve_globals()
         mass = {k: state.error[idx].sum() for k, idx in state.index.items()}
         propose = proposer(state.full_table()) if proposer else None
         for key in sorted(mass, key=mass.get, reverse=True):
@@ -84,8 +81,7 @@ def search(
 
 class DirectSearch:
     """The search from the given table; with ``proposals = "surrogate"`` the
-    surrogate's gradient at the current table proposes the moves (each round),
-    and ranks the joint moves of many rows tried first (``search.joint``)."""
+    surrogate's gradient at the current table proposes the moves (each round)."""
 
     stage: ClassVar[str] = "search"
 
@@ -96,16 +92,13 @@ class DirectSearch:
         self.needs_surrogate = proposals == "surrogate"
 
     def tune(self, start: ParamTable, problem: Problem) -> tuple[ParamTable, list[dict]]:
-        proposer = joint = None
+        proposer = None
         if self.needs_surrogate:
             view = problem.surrogate
 
             def proposer(table: ParamTable) -> Proposer:
                 grad = gradient(view.predict, len(problem.blocks), view.space, table, problem.measured)
                 return gradient_proposer(grad, view.space.columns, halving=self.config.halving)
-
-            if self.config.joint:
-                joint = lambda state: improve_jointly(state, view, self.config.joint)  # noqa: E731
 
         return search(
             problem.engine,
@@ -116,7 +109,6 @@ class DirectSearch:
             self.config,
             start=start,
             proposer=proposer,
-            joint=joint,
             log=problem.log,
             measure=problem.measure,
         )

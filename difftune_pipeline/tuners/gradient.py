@@ -210,28 +210,17 @@ def _same(space: ParamSpace, a: ParamTable, b: ParamTable) -> bool:
 
 
 def gradient(
-    predict: Predict,
-    n_blocks: int,
-    space: ParamSpace,
-    table: ParamTable,
-    measured: np.ndarray,
-    batch: int = 512,
-    engine: np.ndarray | None = None,
+    predict: Predict, n_blocks: int, space: ParamSpace, table: ParamTable, measured: np.ndarray, batch: int = 512
 ) -> dict[str, np.ndarray]:
     """d(train MAPE through the surrogate)/d(parameters) at ``table``, per row of
-    the space: what the surrogate says each parameter would do to the error. With
-    ``engine`` (its cycles of the train blocks at ``table``), the surrogate is
-    trusted for differences: each block's error is the engine's, moved by the surrogate."""
+    the space: what the surrogate says each parameter would do to the error."""
     matrix, globals_ = space.encode(table)
     theta = torch.tensor(matrix, requires_grad=True)
     g = torch.tensor(globals_)
     truth = torch.tensor(measured, dtype=torch.float32)
     for start in range(0, n_blocks, batch):
         idx = torch.arange(start, min(n_blocks, start + batch))
-        pred = predict(theta, g, idx)
-        if engine is not None:
-            pred = pred + (torch.tensor(engine[start : start + len(idx)], dtype=torch.float32) - pred.detach())
-        loss = relative_error(pred, truth[idx]).sum() / n_blocks
+        loss = relative_error(predict(theta, g, idx), truth[idx]).sum() / n_blocks
         loss.backward()
     grad = theta.grad.numpy()
     return {key: grad[i] for i, key in enumerate(space.keys) if np.any(grad[i])}

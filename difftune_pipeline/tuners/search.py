@@ -39,7 +39,6 @@ class SearchConfig:
     halving: bool = False  # also try halving values >= 4: reaches far-off values (znver1's 100-cycle placeholders)
     prior: float = 0.5  # the train error (summed over blocks) a log_scale unit away from the default must buy
     seed: int = 0
-    joint: int = 4  # joint moves tried per round where a surrogate proposes (tuners.joint)
     repeats: int = 0  # then this search again from the tuners' result, while val falls, at most this often
     # train simulations stop once their iterations repeat (the engine's fast_forward) where
     # the steady state is tuned on: about twice as fast, and the steady state equal on ~99% of
@@ -49,8 +48,6 @@ class SearchConfig:
 
     def __post_init__(self):
         check_prior("search.prior", self.prior)
-        if self.joint < 0:
-            raise ValueError(f"search.joint must be at least 0, got {self.joint}")
         if self.repeats < 0:
             raise ValueError(f"search.repeats must be at least 0, got {self.repeats}")
 
@@ -108,10 +105,8 @@ class Search:
         rows = {**self.changes, **(extra or {})}
         return self._with(dict(globals_ or self.globals), rows)
 
-    def full_table(self, moved: dict | None = None) -> ParamTable:
-        """The current table with every row (and ``moved``: searched row key -> new row)."""
-        extra = {k: r for key, row in (moved or {}).items() for k, r in self._rows(key, row).items()}
-        return self._with(dict(self.globals), {**self.default.rows, **self.changes, **extra})
+    def full_table(self) -> ParamTable:
+        return self._with(dict(self.globals), {**self.default.rows, **self.changes})
 
     def _with(self, globals_: dict, rows: dict) -> ParamTable:
         d = self.default
@@ -189,28 +184,6 @@ class Search:
             self.changes.update(self._rows(key, row))
             accepted.append(f"{'/'.join(self.members[key])} {column}{step:+d}")
         return accepted
-
-    def price(self, moved: dict) -> float:
-        """The prior's price of moving the searched rows to ``moved`` (row key -> new row) from where they are."""
-        start = lambda k: self.changes.get(k, self.default.rows[k])  # noqa: E731
-        return self.config.prior * sum(
-            distance(row, self.default.rows[k]) - distance(start(k), self.default.rows[k]) for k, row in moved.items()
-        )
-
-    def improve_rows(self, moved: dict) -> bool:
-        """Several searched rows moved at once (row key -> new row), judged by the
-        engine on every train block any of them is in and kept when that lowers
-        the train error by more than the prior's price."""
-        idx = np.unique(np.concatenate([self.index[k] for k in moved]))
-        if self.spent + len(idx) > self.config.budget:
-            return False
-        rows = {k: r for key, row in moved.items() for k, r in self._rows(key, row).items()}
-        err = self._errors(idx, [self.table(rows)])[0]
-        if np.abs(err).sum() + self.price(moved) >= self.error[idx].sum() - 1e-9:
-            return False
-        self.signed[idx] = err
-        self.changes.update(rows)
-        return True
 
     def improve_globals(self) -> list[str]:
         """Each global one step up or down (the reorder buffer by 16, a mechanism's
