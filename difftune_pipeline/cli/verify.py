@@ -37,7 +37,8 @@ def verify(
         then = (
             "left recorded (--check-only)"
             if check_only
-            else "forgotten: the next `difftune materialize` simulates them again"
+            else "forgotten: the next `difftune materialize` simulates the sampled tables' again "
+            "(a chunk of the shard 'tuning', the tuning's record, is not)"
         )
         console.print(f"the damaged ones are {then}")
         raise typer.Exit(1)

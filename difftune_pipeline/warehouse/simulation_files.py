@@ -208,7 +208,7 @@ class DamagedChunks(OSError):
         super().__init__(
             f"{len(damaged)} recorded simulation chunk file(s) are {'gone' if gone else 'damaged or gone'}, e.g. "
             f"{resolve(db, file)}: {why}; `difftune verify` forgets them and the next `difftune materialize` "
-            "simulates them again"
+            f"simulates the sampled tables' again (a chunk of the shard {TUNING!r}, the tuning's record, is not)"
             + (" (or move the warehouse's folder together with its simulations/)" if gone else "")
         )
 
