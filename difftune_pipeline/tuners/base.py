@@ -80,14 +80,15 @@ class Problem:
         return result.predicted_or_nan(self.measure)
 
 
-def surrogate_cycles(predict: Predict, space: ParamSpace, table: ParamTable, idx, batch: int = 512) -> np.ndarray:
-    """The surrogate's cycles of the blocks ``idx`` (positions in what ``predict`` was built over) under ``table``."""
-    matrix, globals_ = (torch.tensor(a) for a in space.encode(table))
+def predict_batched(predict: Predict, matrix, globals_, idx, batch: int = 512) -> torch.Tensor:
+    """The surrogate's cycles of the blocks ``idx`` (positions in what ``predict`` was
+    built over) under one encoded table, ``batch`` blocks at a time, without gradients."""
     idx = torch.as_tensor(np.asarray(idx, dtype=np.int64))
+    matrix, globals_ = torch.as_tensor(matrix), torch.as_tensor(globals_)
     with torch.no_grad():
         return torch.cat(
             [predict(matrix, globals_, idx[i : i + batch]) for i in range(0, len(idx), batch)] or [torch.zeros(0)]
-        ).numpy()
+        )
 
 
 class Tuner(Protocol):

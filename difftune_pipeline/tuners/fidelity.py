@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from difftune_pipeline.engine import ParamTable
-from difftune_pipeline.tuners.base import Problem, surrogate_cycles
+from difftune_pipeline.tuners.base import Problem, predict_batched
 
 
 def drawn_tables(problem: Problem, table: ParamTable, trust: float, n: int, share: float, seed: int):
@@ -40,8 +40,9 @@ def fidelity_near(
     engine = np.array([problem.cycles(t, "val") for t in drawn])
     ok = ~np.isnan(engine).any(axis=0) & ~np.isnan(at_table)
     idx = np.flatnonzero(ok)
-    base = surrogate_cycles(view.val_predict, view.space, table, idx)
-    levels = np.array([surrogate_cycles(view.val_predict, view.space, t, idx) for t in drawn])
+    cycles = lambda t: predict_batched(view.val_predict, *view.space.encode(t), idx).numpy()  # noqa: E731
+    base = cycles(table)
+    levels = np.array([cycles(t) for t in drawn])
     truth = engine[:, ok]
     error = lambda pred: float(np.mean(np.abs(pred - truth) / truth))  # noqa: E731
     return {

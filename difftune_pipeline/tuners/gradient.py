@@ -30,7 +30,7 @@ import torch
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.surrogates import Predict, mape_loss, relative_error
-from difftune_pipeline.tuners.base import FAILED_ERROR, Problem, check_prior, log_scale
+from difftune_pipeline.tuners.base import FAILED_ERROR, Problem, check_prior, log_scale, predict_batched
 from difftune_pipeline.tuners.fidelity import fidelity_near
 
 
@@ -146,10 +146,7 @@ def _anchor(predict, n_blocks: int, visit, measured: np.ndarray, batch: int = 51
     if visit is None:
         return torch.zeros(n_blocks), None
     matrix, globals_, engine = visit
-    with torch.no_grad():
-        surrogate = torch.cat(
-            [predict(matrix, globals_, torch.arange(i, min(n_blocks, i + batch))) for i in range(0, n_blocks, batch)]
-        )
+    surrogate = predict_batched(predict, matrix, globals_, np.arange(n_blocks), batch)
     engine = engine.numpy()
     refused = np.isnan(engine)
     offset = np.where(refused, 0.0, engine - surrogate.numpy()).astype(np.float32)
@@ -166,9 +163,7 @@ def _visit(space: ParamSpace, table: ParamTable, simulate) -> tuple[torch.Tensor
 def _fidelity(predict, matrix, globals_, engine, batch: int = 512) -> float:
     """The surrogate's MAPE against the engine at one table, over the train blocks the engine simulated."""
     ok = torch.nonzero(~torch.isnan(engine)).squeeze(1)
-    with torch.no_grad():
-        pred = torch.cat([predict(matrix, globals_, ok[i : i + batch]) for i in range(0, len(ok), batch)])
-    return mape_loss(pred, engine[ok].float()).item()
+    return mape_loss(predict_batched(predict, matrix, globals_, ok, batch), engine[ok].float()).item()
 
 
 def _refit(model: torch.nn.Module, predict, visited: list, config: TuneConfig, rng: np.random.Generator) -> None:
