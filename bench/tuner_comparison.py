@@ -38,8 +38,12 @@ def main() -> None:
     parser.add_argument("--db", required=True)
     parser.add_argument("--mcpu", default="haswell")
     parser.add_argument("--profile", default="sample")
+    parser.add_argument(
+        "--tuners", help="the rows after LLVM's values, comma-separated (default: direct, surrogate, the profile's)"
+    )
+    parser.add_argument("--set", default="{}", help="settings of every row, as DIFFTUNE_SETTINGS takes them")
     args = parser.parse_args()
-    settings = settings_for(args.profile)
+    settings = settings_for(args.profile, json.loads(args.set))
     ctx = steps.StepContext(args.db, Engine(args.mcpu), settings)
     _, default = ctx.default_table()
     surrogate = latest_surrogate(ctx)
@@ -50,7 +54,7 @@ def main() -> None:
         f"in {surrogate['train_seconds']:.0f} s (held-out {100 * surrogate['heldout_mape']:.2f}%)"
     )
     rows = [_row("LLVM's values", ctx, default, {})]
-    for tuner in ("direct", "surrogate", settings.tuner):
+    for tuner in args.tuners.split(",") if args.tuners else ("direct", "surrogate", settings.tuner):
         chosen = steps.StepContext(args.db, ctx.engine, override(settings, {"tuner": tuner}))
         table_id = steps.learn(chosen, log=print).table_id
         note = json.loads(tables.table_note(args.db, table_id))

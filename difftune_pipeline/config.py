@@ -39,7 +39,7 @@ class Settings:
     surrogate_model: str = "structured"  # structured | ithemal (DiffTune's LSTM)
     lstm: LSTMConfig = field(default_factory=LSTMConfig)
     structured: StructuredConfig = field(default_factory=StructuredConfig)
-    tuner: str = "combined"  # surrogate | direct | combined | combined+direct (tuners/__init__.py)
+    tuner: str = "ranked"  # surrogate | direct | combined | ranked | combined+direct (tuners/__init__.py)
     tune: TuneConfig = field(default_factory=TuneConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     prune: PruneConfig = field(default_factory=PruneConfig)  # the tuners' last stage (tuners/pruning.py)
@@ -86,10 +86,10 @@ PROFILES: dict[str, dict[str, Any]] = {
         "search.halving": True,
         # rows in too few train blocks searched with their siblings (Zen+'s string ops)
         "search.siblings": True,
-        "tuner": "combined+direct",
-        # then the direct search again from the better of the two, while val
-        # falls, four times at most (docs/model.md: "Searching again")
-        "search.repeats": 4,
+        # the gradient, then the search whose moves the surrogate ranks: on val as good
+        # as the direct search from LLVM's table run again four times, or better, with
+        # a quarter to a half of its simulations (docs/results.md, "The surrogate's worth")
+        "tuner": "ranked",
     },
 }
 

@@ -432,6 +432,7 @@ def test_a_tuning_change_reuses_the_surrogate_and_relearns(simulated):
         ("structured", "surrogate"),
         ("structured", "direct"),
         ("structured", "combined"),
+        ("structured", "ranked"),
         pytest.param("structured", "combined+direct", marks=pytest.mark.slow),
     ],
 )
@@ -453,6 +454,7 @@ def test_each_surrogate_and_tuner_learns_a_valid_table_no_worse_on_val(simulated
             "surrogate": {"surrogate", "prune"},
             "direct": {"search", "prune"},
             "combined": {"surrogate", "search", "prune"},
+            "ranked": {"surrogate", "search", "prune"},
             "combined+direct": {"surrogate", "search", "search from default", "search again", "prune"},
         }[tuner]
     )
@@ -559,3 +561,21 @@ def test_tables_drawn_near_a_table_stay_inside_the_trust_region(simulated):
         assert np.all((m >= low) & (m <= high)) and np.all(m[here == 0] == 0)
         moved = np.any(m != here, axis=1).mean()
         assert 0 < moved <= 0.4  # about a quarter of the rows
+
+
+def test_the_surrogate_screens_a_row_by_its_change_in_cycles(simulated):
+    """The search's screen reads the surrogate's change in the blocks' cycles: none
+    for the row as it is, one per variant otherwise, and it does not know (None)
+    a row outside its space, which the engine then judges alone."""
+    from difftune_pipeline.tuners.screen import SurrogateScreen
+
+    problem = _gradient_problem(simulated)
+    view, default = problem.surrogate, problem.default
+    screen = SurrogateScreen(view, top=1)
+    key = next(k for k in view.space.keys if default.rows[k]["latency"] and default.rows[k]["latency"][0] > 0)
+    slower = {**default.rows[key], "latency": [v + 20 for v in default.rows[key]["latency"]]}
+    idx = np.array([b for b, block in enumerate(problem.blocks) if key in block.row_keys])
+    change = screen.change(default, [{key: default.rows[key]}, {key: slower}], idx)
+    assert change.shape == (2, len(idx)) and np.all(change[0] == 0) and change[1].mean() > 0
+    assert screen.judged == 2
+    assert screen.change(default, [{"NOT_A_ROW": slower}], idx) is None and screen.judged == 2

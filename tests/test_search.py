@@ -2,6 +2,7 @@
 error, a budget that holds, train error that only falls, val selection."""
 
 import numpy as np
+import pytest
 
 from difftune_pipeline.engine import InvalidTable, ParamTable
 from difftune_pipeline.tuners.direct import search
@@ -130,3 +131,59 @@ def test_train_simulations_fast_forward_as_configured(haswell, haswell_train, mo
         config = SearchConfig(budget=2000, rounds=1, fast_forward=fast_forward)
         search(haswell, blocks, measured, default, lambda t: 0.0, config, log=lambda *_: None, measure=measure)
         assert len(seen) > 1 and set(seen) == {fast_forward and measure == "steady"}
+
+
+class EngineScreen:
+    """A screen that knows the engine exactly: the change in each block's steady
+    cycles (fast-forwarded, as the search simulates its train blocks)."""
+
+    top = 1
+
+    def __init__(self, engine, blocks):
+        self.engine, self.blocks, self.asked = engine, blocks, []
+
+    def change(self, table, variants, idx):
+        self.asked.append(len(variants))
+        sub = [self.blocks[i] for i in idx]
+        cycles = lambda t: self.engine.simulate(sub, t, fast_forward=True).steady  # noqa: E731
+        moved = [ParamTable(table.mcpu, table.llvm_version, table.globals, {**table.rows, **v}) for v in variants]
+        return np.array([cycles(t) for t in moved]) - cycles(table)
+
+
+def test_a_screen_chooses_the_one_move_the_engine_simulates(haswell, haswell_train):
+    """With a screen, the engine simulates only the move it ranks first, and a
+    screen that knows the engine accepts the move the unscreened search accepts,
+    for a fraction of the simulations; a screen that sees no gain costs none."""
+    blocks, measured = haswell_train
+    default = haswell.default_table(blocks)
+    worse = default.copy()
+    worse.rows["MOV64rm"] = {**worse.rows["MOV64rm"], "latency": [v + 6 for v in worse.rows["MOV64rm"]["latency"]]}
+    config = SearchConfig(budget=100_000, max_moves_per_row=1)
+    plain = Search(haswell, blocks, measured, default, config, start=worse)
+    screen = EngineScreen(haswell, blocks)
+    screened = Search(haswell, blocks, measured, default, config, start=worse, screen=screen)
+    every = moves(worse.rows["MOV64rm"])
+    accepted = plain.improve_row("MOV64rm", lambda key, row: every)
+    assert accepted and screened.improve_row("MOV64rm", lambda key, row: every) == accepted
+    assert screen.asked == [len(every)]
+    assert screened.train_mape == pytest.approx(plain.train_mape)
+    sample = min(len(plain.index["MOV64rm"]), config.sample_blocks)
+    confirm = len(plain.index["MOV64rm"]) if sample < len(plain.index["MOV64rm"]) else 0
+    assert screened.spent - len(blocks) == sample + confirm
+    assert plain.spent - len(blocks) == sample * len(every) + confirm
+
+    class Blind(EngineScreen):  # sees every move as a loss: the engine is not asked
+        def change(self, table, variants, idx):
+            return np.full((len(variants), len(idx)), 1000.0)
+
+    blind = Search(haswell, blocks, measured, default, config, start=worse, screen=Blind(haswell, blocks))
+    spent = blind.spent
+    assert blind.improve_row("MOV64rm", lambda key, row: every) == [] and blind.spent == spent
+
+    class Unknown(EngineScreen):  # outside the surrogate's space: the engine judges every move
+        def change(self, table, variants, idx):
+            return None
+
+    unknown = Search(haswell, blocks, measured, default, config, start=worse, screen=Unknown(haswell, blocks))
+    assert unknown.improve_row("MOV64rm", lambda key, row: every) == accepted
+    assert unknown.spent == plain.spent

@@ -10,6 +10,7 @@ of the extended model's mechanisms). Sampled tables are regenerated from
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable
@@ -79,20 +80,33 @@ class ParamSpace:
     def encode(self, table: ParamTable) -> tuple[np.ndarray, np.ndarray]:
         """(rows × columns, globals) of ``table``; rows it lacks are zero."""
         m = np.zeros((len(self.keys), self.width), dtype=np.float32)
-        port_col = {r: 2 + READ_ADVANCE_SLOTS + i for i, r in enumerate(self.resources)}
         for i, key in enumerate(self.keys):
             row = table.rows.get(key)
-            if row is None:
-                continue
-            m[i, 0] = row["latency"][0] if row["latency"] else 0
-            m[i, 1] = row["uops"]
-            for use, _, cycles in row["read_advance"]:
-                if use < READ_ADVANCE_SLOTS:
-                    m[i, 2 + use] = cycles
-            for res, cycles in row["ports"].items():
-                m[i, port_col[res]] = cycles
+            if row is not None:
+                m[i] = self.encode_row(row)
         g = np.array([table.globals[k] for k in self.globals], dtype=np.float32)
         return m, g
+
+    def encode_row(self, row: dict) -> np.ndarray:
+        """One parameter row as the matrix of ``encode`` holds it."""
+        v = np.zeros(self.width, dtype=np.float32)
+        v[0] = row["latency"][0] if row["latency"] else 0
+        v[1] = row["uops"]
+        for use, _, cycles in row["read_advance"]:
+            if use < READ_ADVANCE_SLOTS:
+                v[2 + use] = cycles
+        for res, cycles in row["ports"].items():
+            v[self._port_columns[res]] = cycles
+        return v
+
+    @functools.cached_property
+    def _port_columns(self) -> dict[str, int]:
+        return {r: 2 + READ_ADVANCE_SLOTS + i for i, r in enumerate(self.resources)}
+
+    @functools.cached_property
+    def index(self) -> dict[str, int]:
+        """Each row key's row in the matrix."""
+        return {k: i for i, k in enumerate(self.keys)}
 
     def decode(self, matrix: np.ndarray, globals_: np.ndarray, start: ParamTable) -> ParamTable:
         """A valid integer table: ``round(abs(x))`` clamped to the valid ranges,

@@ -30,8 +30,8 @@ CODE_VERSIONS = {
     "features": "1",
     "sampled_tables": "2",
     "simulations": "2",
-    "surrogate": "7",
-    "learned_params": "14",
+    "surrogate": "8",
+    "learned_params": "15",
     "evaluation": "6",
 }
 

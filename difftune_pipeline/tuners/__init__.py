@@ -13,9 +13,9 @@ from difftune_pipeline.tuners.pruning import PruneConfig, Pruning
 from difftune_pipeline.tuners.search import SearchConfig
 
 
-def again(search: SearchConfig) -> list[Tuner]:
+def again(search: SearchConfig, proposals: str = "directed", screen: int = 0) -> list[Tuner]:
     """The direct search run again from the result, ``search.repeats`` times at most (none when 0)."""
-    return [Repeated(DirectSearch(search), search.repeats)] if search.repeats else []
+    return [Repeated(DirectSearch(search, proposals, screen), search.repeats)] if search.repeats else []
 
 
 # name -> the tuners it runs, one after the other, from (tune config, search config)
@@ -26,6 +26,13 @@ TUNERS: dict[str, Callable[[TuneConfig, SearchConfig], list[Tuner]]] = {
         SurrogateTuner(tune),
         DirectSearch(search, proposals="surrogate"),
         *again(search),
+    ],
+    # the gradient, then the search whose every move the surrogate ranks first and
+    # the engine simulates only the best (tuners.screen)
+    "ranked": lambda tune, search: [
+        SurrogateTuner(tune),
+        DirectSearch(search, "ranked", tune.screen),
+        *again(search, "ranked", tune.screen),
     ],
     # the combination, and the direct search from LLVM's table: the better on val
     "combined+direct": lambda tune, search: [

@@ -13,7 +13,8 @@ import numpy as np
 from difftune_pipeline.engine import Engine, ParamTable
 from difftune_pipeline.tuners.base import Problem
 from difftune_pipeline.tuners.gradient import gradient
-from difftune_pipeline.tuners.moves import Proposer, gradient_proposer
+from difftune_pipeline.tuners.moves import Proposer, gradient_proposer, moves
+from difftune_pipeline.tuners.screen import SurrogateScreen
 from difftune_pipeline.tuners.search import Search, SearchConfig
 
 
@@ -28,12 +29,14 @@ def search(
     proposer: Callable[[ParamTable], Proposer] | None = None,
     log=print,
     measure: str = "steady",
+    screen: SurrogateScreen | None = None,
 ) -> tuple[ParamTable, list[dict]]:
     """Coordinate search from ``start`` (default: ``default``); returns the table
     best on ``score`` (engine MAPE on val) among the start and each round's end.
-    ``proposer(current table)``, called each round, chooses the moves to try."""
+    ``proposer(current table)``, called each round, chooses the moves to try;
+    ``screen``, the surrogate, which of them the engine simulates."""
     t0 = time.perf_counter()
-    state = Search(engine, blocks, measured, default, config, start, measure)
+    state = Search(engine, blocks, measured, default, config, start, measure, screen)
     best = state.full_table()
     best_score = score(best)
     history = [
@@ -65,6 +68,7 @@ def search(
                 "val_mape": val,
                 "changed_rows": len(state.changes),
                 "moves": len(accepted),
+                **({"surrogate_judged": screen.judged} if screen else {}),
                 "seconds": time.perf_counter() - t0,
             }
         )
@@ -79,21 +83,31 @@ def search(
     return best, history
 
 
+PROPOSALS = ("directed", "surrogate", "ranked")
+
+
 class DirectSearch:
-    """The search from the given table; with ``proposals = "surrogate"`` the
-    surrogate's gradient at the current table proposes the moves (each round)."""
+    """The search from the given table. The moves tried on a row: ``directed``,
+    those that push its blocks the way their error asks; ``surrogate``, those the
+    surrogate's gradient at the current table proposes (each round); ``ranked``,
+    every move, ranked by the surrogate (tuners.screen), the best ``screen`` simulated."""
 
     stage: ClassVar[str] = "search"
 
-    def __init__(self, config: SearchConfig, proposals: str = "directed"):
-        if proposals not in ("directed", "surrogate"):
-            raise ValueError(f"unknown proposals {proposals!r}: directed or surrogate")
-        self.config, self.proposals = config, proposals
-        self.needs_surrogate = proposals == "surrogate"
+    def __init__(self, config: SearchConfig, proposals: str = "directed", screen: int = 0):
+        if proposals not in PROPOSALS:
+            raise ValueError(f"unknown proposals {proposals!r}: one of {PROPOSALS}")
+        if (proposals == "ranked") != (screen > 0):
+            raise ValueError("ranked proposals, and only they, need the moves to simulate per visit (screen)")
+        self.config, self.proposals, self.screen = config, proposals, screen
+        self.needs_surrogate = proposals != "directed"
 
     def tune(self, start: ParamTable, problem: Problem) -> tuple[ParamTable, list[dict]]:
-        proposer = None
-        if self.needs_surrogate:
+        proposer, screen = None, None
+        if self.proposals == "ranked":
+            screen = SurrogateScreen(problem.surrogate, self.screen)
+            proposer = lambda table: lambda key, row: moves(row, self.config.halving)  # noqa: E731
+        elif self.proposals == "surrogate":
             view = problem.surrogate
 
             def proposer(table: ParamTable) -> Proposer:
@@ -111,4 +125,5 @@ class DirectSearch:
             proposer=proposer,
             log=problem.log,
             measure=problem.measure,
+            screen=screen,
         )

@@ -47,11 +47,14 @@ class TuneConfig:
     trust: float = 1.0  # log_scale units a parameter may move from θₖ in one round (anchored)
     refit_steps: int = 100  # steps fitting the surrogate to the engine at the tables visited (anchored; 0: frozen)
     refit_lr: float = 1e-3
+    screen: int = 1  # with the tuner ranked: the moves per visit of a row the engine simulates (tuners.screen)
 
     def __post_init__(self):
         check_prior("tune.prior", self.prior)
         if not self.trust > 0:
             raise ValueError(f"tune.trust must be above 0, got {self.trust!r}")
+        if self.screen < 1:
+            raise ValueError(f"tune.screen must be at least 1, got {self.screen!r}")
 
 
 def tune(

@@ -26,6 +26,7 @@ import numpy as np
 from difftune_pipeline.engine import LIMITS, Engine, ParamTable, mechanisms
 from difftune_pipeline.tuners.base import FAILED_ERROR, check_prior, log_scale, sibling_groups
 from difftune_pipeline.tuners.moves import Proposer, distance, moves
+from difftune_pipeline.tuners.screen import SurrogateScreen
 
 
 @dataclass
@@ -64,9 +65,10 @@ class Search:
         config: SearchConfig,
         start: ParamTable | None = None,
         measure: str = "steady",
+        screen: SurrogateScreen | None = None,
     ):
         self.engine, self.blocks, self.default, self.config = engine, blocks, default, config
-        self.measure = measure
+        self.measure, self.screen = measure, screen
         self.measured = np.asarray(measured, dtype=float)
         start = start or default
         # Rows that differ from LLVM's own, the default's included (the stack
@@ -163,11 +165,17 @@ class Search:
                 if len(idx_all) <= self.config.sample_blocks
                 else np.sort(self.rng.choice(idx_all, self.config.sample_blocks, replace=False))
             )
+            reference, here = self.default.rows[key], distance(row, self.default.rows[key])
+            price = self.config.prior * np.array([distance(r, reference) - here for _, _, r in candidates])
+            if self.screen is not None:
+                kept = self._screened(key, candidates, idx, price)
+                if kept is not None and not kept:
+                    break
+                if kept is not None:
+                    candidates, price = [candidates[i] for i in kept], price[kept]
             if self.spent + len(idx) * len(candidates) > self.config.budget:
                 break
             errs = self._errors(idx, [self.table(self._rows(key, r)) for _, _, r in candidates])
-            reference, here = self.default.rows[key], distance(row, self.default.rows[key])
-            price = self.config.prior * np.array([distance(r, reference) - here for _, _, r in candidates])
             # a sample's gain scaled to the row's blocks, less the prior's price of the step
             gain = self._gain(self.signed[idx], errs, len(idx_all)) - price
             best = int(np.argmax(gain))
@@ -184,6 +192,18 @@ class Search:
             self.changes.update(self._rows(key, row))
             accepted.append(f"{'/'.join(self.members[key])} {column}{step:+d}")
         return accepted
+
+    def _screened(self, key: str, candidates: list, idx: np.ndarray, price: np.ndarray) -> list[int] | None:
+        """The candidates the engine is to simulate: the ``screen.top`` the surrogate
+        says gain most (tuners.screen), none when it sees no gain; None when the
+        surrogate does not know the row (the engine then judges every candidate)."""
+        change = self.screen.change(self.full_table(), [self._rows(key, r) for _, _, r in candidates], idx)
+        if change is None:
+            return None
+        estimate = self.signed[idx] + change / self.measured[idx]
+        gain = self._gain(self.signed[idx], estimate, len(self.index[key])) - price
+        order = np.argsort(-gain, kind="stable")[: self.screen.top]
+        return [int(i) for i in order if gain[i] > 1e-9]
 
     def improve_globals(self) -> list[str]:
         """Each global one step up or down (the reorder buffer by 16, a mechanism's
