@@ -1,7 +1,7 @@
 """What determinism costs the surrogate's training, side by side in one run: the
 structured surrogate trained on a warehouse's simulations, each in a fresh
 process, as the pipeline trains it (2 threads, torch's deterministic algorithms,
-MKL's strict reproducibility) and with those two left off (2 threads, torch's and
+MKL's reproducible code path, COMPATIBLE) and with those two left off (2 threads, torch's and
 MKL's defaults); each twice, to show which gives the same weights twice.
 
     .venv/bin/python bench/determinism_cost.py --warehouse W [--uarch haswell] [--epochs 5]

@@ -1,9 +1,10 @@
 """What makes a learning step reproducible from its inputs: budgets counted in
 epochs and steps (never seconds), seeds derived from the inputs, one thread
-count, torch's deterministic algorithms, and MKL's strict conditional numerical
-reproducibility (its results then do not depend on how the arrays happen to be
-aligned in memory). The same inputs on the same kind of machine give the same
-bits; docs/reference.md ("Determinism") says across what it holds.
+count, torch's deterministic algorithms, and MKL's reproducible code path
+(``COMPATIBLE``: under its ``AUTO`` branch, strict or not, a fresh process's
+first surrogate batch differed in its last bits in one process in four or five).
+The same inputs on the same kind of machine give the same bits;
+docs/reference.md ("Determinism") says across what it holds.
 """
 
 from __future__ import annotations
