@@ -12,6 +12,7 @@ from conftest import ROOT, SAMPLE
 from difftune_pipeline import config, steps, tuners
 from difftune_pipeline.engine import LIMITS, InvalidTable
 from difftune_pipeline.ingest import batches as ingest
+from difftune_pipeline.tuners.direct import DirectSearch
 from difftune_pipeline.warehouse import tables
 
 
@@ -67,6 +68,10 @@ def test_every_named_tuner_composes_and_an_unknown_one_is_refused():
     }
     with pytest.raises(ValueError, match="unknown tuner 'annealing'"):
         tuners.compose("annealing", settings.tune, settings.search)
+    with pytest.raises(ValueError, match="tune.screen must be at least 1"):
+        config.settings_for("sample", {"tune.screen": 0})
+    with pytest.raises(ValueError, match="ranked proposals, and only they"):
+        DirectSearch(settings.search, "ranked")
     full = config.settings_for("full")
     assert [t.stage for t in tuners.compose(full.tuner, full.tune, full.search)] == ["surrogate", "search"]
     # only a composition with a direct search runs it again: the surrogate alone stays DiffTune's
