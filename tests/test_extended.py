@@ -244,11 +244,42 @@ def test_a_locked_instruction_waits_for_older_ones_to_retire(haswell, base):
         assert haswell.simulate([block], model(base, ("locked",), lock_penalty=18)).predicted("steady")[0] == (
             drained + 1000
         )
-    assert [lk for _, lk in haswell.parse_asm("xchgq %rax, (%rbx)\nxchgq %rax, %rbx\naddl $1, (%rsi)").serialising] == [
+    assert [
+        lk for _, lk, _ in haswell.parse_asm("xchgq %rax, (%rbx)\nxchgq %rax, %rbx\naddl $1, (%rsi)").serialising
+    ] == [
         True,
         False,
         False,
     ]
+
+
+def test_an_x87_stack_out_of_balance_faults_every_iteration(haswell, base):
+    """BHive's harness starts with the x87 stack empty and runs the block over and
+    over: pushing more than it pops overflows the stack within eight iterations,
+    popping more (or reading a register never loaded) underflows it, and each fault
+    is a microcode assist (`fldz ; testq %rdi, %rdi`: 330 cycles an iteration on Ivy
+    Bridge). A balanced block, or one whose first reads fill what they read, never
+    faults once the stack has settled."""
+    faults = {
+        "fldz\ntestq %rdi, %rdi": [True, False],  # overflows
+        "fstpt (%rbp)\naddq 24(%rsp), %rbp": [True, False],  # underflows
+        "movq %rsi, 8(%rsp)\nfucomi %st(1), %st": [False, True],  # reads two empty registers, writes none
+        "fldt 16(%rbx)\nxorl %ebp, %ebp\nfstpt (%r12)": [False] * 3,  # balanced
+        "fxch %st(1)\nfstl 120(%rsp)": [False] * 2,  # its masked response fills both registers
+        "flds (%rax)\nfld %st(0)\nfmulp\nfstps (%rcx)": [False] * 4,
+        "flds (%rax)\nfcompp": [False, True],  # pops two, pushed one
+        "fldz\nfninit": [False, False],  # fninit empties the stack again
+        "fld1\nfincstp": [True, False],  # fincstp moves TOP and leaves the tags: the pushes fill all eight
+    }
+    for asm, expected in faults.items():
+        assert [x87 for _, _, x87 in haswell.parse_asm(asm).serialising] == expected, asm
+    x87 = model(base, ("x87_stack",))
+    for asm in ("fldz\ntestq %rdi, %rdi", "fstpt (%rbp)\naddq 24(%rsp), %rbp"):
+        plain, assisted = cycles(haswell, asm, base), cycles(haswell, asm, x87)
+        assert plain < 2 * ITER and 330 * ITER <= assisted <= 360 * ITER  # the default: 340 cycles an assist
+        assert cycles(haswell, asm, model(base, ("x87_stack",), x87_assist_penalty=440)) == assisted + 100 * ITER
+    balanced = "fldt 16(%rbx)\nxorl %ebp, %ebp\nfstpt (%r12)"
+    assert cycles(haswell, balanced, x87) == cycles(haswell, balanced, base)
 
 
 def test_loads_of_one_l1_bank_in_different_sets_do_not_issue_together():
@@ -300,6 +331,7 @@ def test_bank_conflicts_are_sandy_and_ivy_bridges_and_need_memory(haswell, base)
         "stack_engine",
         "bank_conflict",
         "partial_register",
+        "x87_stack",
     )
 
 
@@ -445,9 +477,9 @@ def test_engine_refuses_out_of_range_parameters_and_unsupported_cpus(haswell, ba
     [
         ("auto", None),
         ("llvm-mca", ()),
-        ("extended", ("front_end", "memory", "stack_engine")),
-        ("extended+move_elimination", ("front_end", "memory", "stack_engine", "move_elimination")),
-        ("extended+locked", ("front_end", "memory", "stack_engine", "locked")),
+        ("extended", ("front_end", "memory", "stack_engine", "x87_stack")),
+        ("extended+move_elimination", ("front_end", "memory", "stack_engine", "move_elimination", "x87_stack")),
+        ("extended+locked", ("front_end", "memory", "stack_engine", "locked", "x87_stack")),
         ("llvm-mca+stack_engine+front_end", ("front_end", "stack_engine")),
     ],
 )
@@ -456,7 +488,7 @@ def test_model_names(name, mechanisms):
 
 
 def test_auto_weighs_each_mechanism_only_a_generation_has():
-    intel = ("front_end", "memory", "stack_engine")
+    intel = ("front_end", "memory", "stack_engine", "x87_stack")
     assert extended.candidates("ivybridge") == {
         (): "llvm-mca",
         (*intel, "partial_register"): "extended without bank_conflict",
@@ -472,7 +504,13 @@ def test_auto_weighs_each_mechanism_only_a_generation_has():
 
 
 def test_extended_is_each_generations_own():
-    assert extended.parse("extended", "haswell") == ("front_end", "memory", "stack_engine", "partial_register")
+    assert extended.parse("extended", "haswell") == (
+        "front_end",
+        "memory",
+        "stack_engine",
+        "partial_register",
+        "x87_stack",
+    )
     assert extended.parse("extended", "znver1") == ("memory", "stack_engine", "zero_shift")
     assert extended.parse("extended", "btver2") == ()
     assert extended.harness_for("znver1") == "nanobench" and extended.harness_for("skylake") == "bhive"

@@ -24,6 +24,7 @@ MECHANISM_FILES = {
     "move_elimination": ("move_elimination.cpp", "move_elimination.h"),
     "zero_shift": ("serialising.cpp", "serialising.h"),
     "locked": ("serialising.cpp", "serialising.h"),
+    "x87_stack": ("serialising.cpp", "serialising.h"),
 }
 # Two parameters were added to stored tables by a migration: history, which never changes.
 MIGRATED = {"lcp_penalty", "store_forward_fail_penalty"}

@@ -111,7 +111,7 @@ def test_the_structured_surrogate_bounds_a_drained_block(zen, ext):
             zen.parse_asm("shll $3, %r8d\ncmovgel %edx, %ecx"),
         )
     ]
-    assert [list(b.serialising) for b in blocks] == [[(False, False), (True, False)], [(False, False)] * 2]
+    assert [list(b.serialising) for b in blocks] == [[(False,) * 3, (True, False, False)], [(False,) * 3] * 2]
     keys = sorted({k for b in blocks for k in b.row_keys})
     inputs = StructuredBlocks.build(blocks, {k: i for i, k in enumerate(keys)}, memory=True, stack_engine=True)
     batch = inputs.select(torch.tensor([0, 1]))

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+import polars as pl
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -27,7 +28,10 @@ LEGEND = (
     "τ: Kendall's rank correlation (higher is better). test: blocks never tuned on.",
     "steady: cycles per 100 iterations once fill and drain cancel, as BHive measures.",
     ">20pt worse: test blocks the learned table makes 20 points worse than default.",
+    ">20% off: test blocks predicted more than 20% off their measurement, default → learned.",
+    "unexplained: test blocks measured 10x off every table before learning (slices unexplained:…).",
 )
+OFF = 0.20  # a block this far off its measurement is in the tail
 
 
 @app.command()
@@ -49,7 +53,7 @@ def results(
 def show(db: Path, console: Console | None, uarchs: list[str] | None = None) -> dict[str, Any]:
     """The summary as data (``--json``'s document), printed on ``console`` when one is given."""
     rows = [r for r in evaluation.results(db).iter_rows(named=True) if not uarchs or r["uarch"] in uarchs]
-    summary = [_entry(r) for r in rows]
+    summary = [_entry(r) | _tail(db, r) for r in rows]
     steps = _next_steps(db, rows)
     if console is not None:
         console.print(_table(summary))
@@ -81,6 +85,26 @@ def _entry(row: dict) -> dict[str, Any]:
     }
 
 
+def _tail(db: Path, row: dict) -> dict[str, Any]:
+    """The test blocks more than ``OFF`` off their measurement (share, per table) and
+    those in an ``unexplained:`` slice (count); None before an evaluation."""
+    if row["learned_id"] is None:
+        return {"test_off_20_share": None, "test_unexplained": None}
+    from difftune_pipeline.reporting.compare import predicted_vs_measured
+
+    ids = {name: row[f"{name}_id"] for name in TABLES}
+    predicted = predicted_vs_measured(db, row["uarch"], ids, measure=row["measure"])
+    share = {
+        name: float(((predicted[name] - predicted["measured"]).abs() > OFF * predicted["measured"]).mean())
+        for name in TABLES
+    }
+    unexplained = evaluation.block_slices(db, row["uarch"]).filter(pl.col("slice").str.starts_with("unexplained:"))
+    return {
+        "test_off_20_share": share,
+        "test_unexplained": predicted.join(unexplained, on="block_id").height,
+    }
+
+
 def _table(summary: list[dict]) -> Table:
     measures = sorted({e["measure"] for e in summary if e["measure"]})
     scored = f", {' and '.join(measures)}" if measures else ""
@@ -91,7 +115,7 @@ def _table(summary: list[dict]) -> Table:
         header_style="bold",
         padding=(0, 1, 0, 0),
     )
-    for column in ("µarch", "blocks", "test", "model", *TABLES.values(), ">20pt worse"):
+    for column in ("µarch", "blocks", "test", "model", *TABLES.values(), ">20pt worse", ">20% off", "unexplained"):
         # the model's name folds where the terminal is narrow: the figures are never cut
         folds = column == "model"
         table.add_column(
@@ -100,11 +124,17 @@ def _table(summary: list[dict]) -> Table:
     for e in summary:
         share = e["test_worse_share"]
         cells = [_figure(e[name]) for name in TABLES] + ["–" if share is None else f"{100 * share:.1f}%"]
+        off = e["test_off_20_share"]
+        cells += (
+            ["–", "–"]
+            if off is None
+            else [f"{100 * off['default']:.1f}% → {100 * off['learned']:.1f}%", str(e["test_unexplained"])]
+        )
         if e["learned"]["test_mape"] is None:
-            cells = ["", "", "not evaluated yet: materialise evaluation", ""]
+            cells = ["", "", "not evaluated yet: materialise evaluation", "", "", ""]
         table.add_row(e["uarch"], f"{e['blocks_measured']:,}", str(e["test_blocks"] or ""), e["model"] or "", *cells)
     if not summary:
-        table.add_row("", "", "", "", "", "", "no measurements yet", "")
+        table.add_row("", "", "", "", "", "", "no measurements yet", "", "", "")
     return table
 
 

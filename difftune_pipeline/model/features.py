@@ -30,20 +30,6 @@ COUNTS = (
 FEATURES = [*COUNTS, "chain_cycles", "loop_carried_cycles", "port_pressure_cycles", "dispatch_cycles", "bottleneck"]
 EMPTY_ROW = {"latency": [], "uops": 0, "read_advance": [], "ports": {}}
 BATCH = 256  # blocks whose dependency chains are computed together
-# x87 mnemonics (AT&T) that compute nothing: control and status words, state saves, waits
-X87_CONTROL = frozenset(
-    "fnstsw fstsw fnstcw fstcw fldcw fnclex fclex fwait fnop fninit finit fxsave fxsave64 fxrstor fxrstor64 "
-    "fnsave fsave frstor fnstenv fstenv fldenv femms".split()
-)
-
-
-def is_x87(line: str) -> bool:
-    """Whether an AT&T instruction computes on the x87 stack (a mnemonic starting
-    with ``f``, control and state instructions aside)."""
-    mnemonic = line.split(maxsplit=1)[0] if line.strip() else ""
-    return mnemonic.startswith("f") and mnemonic not in X87_CONTROL
-
-
 def containment(resources: list[dict]) -> np.ndarray:
     """C[s, r] = 1/|units(r)| when resource s's units all lie in r: the pressure on
     r is the cycles of everything that must run inside it, spread over its units."""

@@ -3,10 +3,10 @@ predictions and per-slice metrics, stored once per (table, µarch)."""
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from difftune_pipeline.engine import MEASURES, extended
-from difftune_pipeline.model.features import is_x87
 from difftune_pipeline.model.metrics import metrics_by_slice, slices
 from difftune_pipeline.reporting.compare import by_measure, changed_parameters, three_tables, worse_share
 from difftune_pipeline.reporting.report import explained_blocks, load_figures, save_figures, scatter_png
@@ -23,18 +23,26 @@ def evaluate(ctx: StepContext, table_ids: list[str]) -> pl.DataFrame:
         return evaluation.evaluations(ctx.db, ctx.uarch, table_ids, ctx.settings.measure)
     (val_frame, val_blocks), (test_frame, test_blocks) = ctx.blocks("val"), ctx.blocks("test")
     frame, blocks = pl.concat([val_frame, test_frame]), {**val_blocks, **test_blocks}
+    listed, iterations = [blocks[b] for b in frame["block_id"]], ctx.settings.iterations
+    llvm = ctx.engine.simulate(listed, ctx.llvm_default(), iterations=iterations)
+    default = ctx.engine.simulate(listed, ctx.default_table()[1], iterations=iterations)
     memberships = slices(
         frame.select("block_id", "n_insts", "asm"),
         ingestion.block_sources(ctx.db),
         evaluation.bottlenecks(ctx.db, ctx.default_table()[0]),
-        [_store_load(ctx), _above_16_bytes(ctx, frame, blocks), _x87_assists(frame)],
+        [
+            _store_load(ctx),
+            _above_16_bytes(frame, listed, llvm, iterations),
+            _x87_faults(frame, listed),
+            _unexplained(frame, [llvm, default], ctx.settings.measure),
+        ],
     )
     with writer(ctx.db) as con:
         evaluation.save_block_slices(con, ctx.uarch, memberships)
-    iterations, now = ctx.settings.iterations, connection.now()
+    now = connection.now()
     for table_id in todo:
         table = tables.load_table(ctx.db, table_id)
-        result = ctx.engine.simulate([blocks[b] for b in frame["block_id"]], table, iterations=iterations)
+        result = ctx.engine.simulate(listed, table, iterations=iterations)
         ok = result.ok
         pred = pl.DataFrame(
             {
@@ -79,29 +87,48 @@ def _store_load(ctx: StepContext) -> pl.DataFrame:
     )
 
 
-def _x87_assists(frame: pl.DataFrame) -> pl.DataFrame:
-    """``assist:x87``: blocks that compute on the x87 stack. BHive's harness leaves the
-    x87 registers empty and fills memory with 0x2324000, a denormal as a double, and
-    the x87 unit has no denormals-are-zero: each such operation takes a microcode
-    assist of a hundred cycles or more (measured 300 to 35,000 cycles per 100
-    iterations where every model predicts a few hundred). No model here has assists:
-    the slice says which blocks that error comes from, and they stay in every figure."""
-    x87 = [b for b, lines in zip(frame["block_id"], frame["asm"].str.split("\n")) if any(map(is_x87, lines))]
-    return pl.DataFrame({"block_id": x87, "slice": "assist:x87"}, schema={"block_id": pl.Utf8, "slice": pl.Utf8})
+def _x87_faults(frame: pl.DataFrame, blocks: list) -> pl.DataFrame:
+    """``assist:x87``: blocks whose x87 stack faults once it has settled (the
+    ``x87_stack`` mechanism: BHive's harness starts with the stack empty, so a block
+    that pushes more than it pops, or pops more, faults every iteration, and each
+    fault is a microcode assist of hundreds of cycles)."""
+    faulting = [b for b, block in zip(frame["block_id"], blocks) if any(x87 for _, _, x87 in block.serialising)]
+    return _slice(faulting, "assist:x87")
 
 
-def _above_16_bytes(ctx: StepContext, frame: pl.DataFrame, blocks: dict) -> pl.DataFrame:
-    """``fe:above_16B``: blocks llvm-mca's own table runs faster than 16
-    instruction bytes a cycle, more than the legacy decoders predecode."""
-    ids, iterations = frame["block_id"].to_list(), ctx.settings.iterations
-    result = ctx.engine.simulate([blocks[b] for b in ids], ctx.llvm_default(), iterations=iterations)
-    per_iteration = [sum(len(h) // 2 for h in blocks[b].encoding) for b in ids]
+def _above_16_bytes(frame: pl.DataFrame, blocks: list, llvm, iterations: int) -> pl.DataFrame:
+    """``fe:above_16B``: blocks llvm-mca's own table (its simulation ``llvm``) runs
+    faster than 16 instruction bytes a cycle, more than the legacy decoders predecode."""
+    per_iteration = [sum(len(h) // 2 for h in block.encoding) for block in blocks]
     above = [
         b
-        for b, n, c, ok in zip(ids, per_iteration, result.cycles, result.ok)
+        for b, n, c, ok in zip(frame["block_id"], per_iteration, llvm.cycles, llvm.ok)
         if ok and c > 0 and n * iterations / c > 16
     ]
-    return pl.DataFrame({"block_id": above, "slice": "fe:above_16B"}, schema={"block_id": pl.Utf8, "slice": pl.Utf8})
+    return _slice(above, "fe:above_16B")
+
+
+def _unexplained(frame: pl.DataFrame, results: list, measure: str) -> pl.DataFrame:
+    """``unexplained:10x_slower`` and ``unexplained:10x_faster``: blocks measured at
+    ten times (or a tenth of) what every table the evaluation knows before learning
+    predicts (llvm-mca's, and LLVM's values under the chosen model with its
+    mechanisms), so no model of BHive's harness here accounts for them. They stay
+    in every figure; the slice says where that error comes from."""
+    measured = frame["cycles_per_100"].to_numpy()
+    ratios = [np.where(r.ok, r.predicted(measure), np.nan) / measured for r in results]
+    slower = np.all([r <= 0.1 for r in ratios], axis=0)
+    faster = np.all([r >= 10 for r in ratios], axis=0)
+    ids = frame["block_id"]
+    return pl.concat(
+        [
+            _slice(ids.filter(pl.Series(slower)).to_list(), "unexplained:10x_slower"),
+            _slice(ids.filter(pl.Series(faster)).to_list(), "unexplained:10x_faster"),
+        ]
+    )
+
+
+def _slice(block_ids: list[str], name: str) -> pl.DataFrame:
+    return pl.DataFrame({"block_id": block_ids, "slice": name}, schema={"block_id": pl.Utf8, "slice": pl.Utf8})
 
 
 def evaluate_latest(ctx: StepContext) -> Evaluated:

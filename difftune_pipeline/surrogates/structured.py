@@ -16,7 +16,7 @@ Per iteration a block needs at least
   instructions (a macro-fused pair counts once) over the decoders, its fused
   µops (µops less what micro-fusion saves) over the issue width.
 - under a mechanism that drains the pipeline (Zen+'s zero-count shift, Intel's
-  locked instructions): per draining instruction its cycles after the drain,
+  locked instructions and x87 stack faults): per draining instruction its cycles after the drain,
   plus, once a block drains at all, the critical path of an iteration.
 The prediction for 100 iterations is ``100 · max(bounds) + critical path``,
 times ``exp(g)`` where ``g`` is a small MLP over the bounds and the block's
@@ -49,7 +49,7 @@ from difftune_pipeline.model.sampling import PairBatch, PairFile, Pairs, Split
 from difftune_pipeline.surrogates.base import FitConfig, Surrogate, moved
 
 STATIC = ["n_insts", "loads", "stores", "regs_read", "regs_written", "memory_deps"]
-DRAINS = ("zero_shift_penalty", "lock_penalty")  # the globals of Batch.drains' two columns
+DRAINS = ("zero_shift_penalty", "lock_penalty", "x87_assist_penalty")  # the globals of Batch.drains' columns
 
 
 @dataclass
@@ -73,7 +73,7 @@ class Batch:
     micro: torch.Tensor  # [B, N]
     macro: torch.Tensor  # [B, N] 1.0 where a jcc is fused into the instruction before it
     front: torch.Tensor  # [B, 3] bytes, decoded instructions, instructions
-    drains: torch.Tensor  # [B, 2] instructions waiting for a zero-count shift's assist, locked ones
+    drains: torch.Tensor  # [B, 3] instructions waiting for a zero-count shift's assist, locked ones, x87 faults
 
 
 @dataclass
@@ -108,7 +108,7 @@ class StructuredBlocks:
             macro.append(torch.tensor([float(f) for _, _, f in fe], dtype=torch.float32))
             front.append([sum(b for b, _, _ in fe), len(fe) - sum(f for _, _, f in fe), len(fe)])
             serial = block.serialising
-            drains.append([sum(a for a, _ in serial), sum(lk for _, lk in serial)])
+            drains.append([sum(column) for column in zip(*serial)] if serial else [0] * len(DRAINS))
             static.append(
                 [
                     len(ops),
@@ -127,7 +127,7 @@ class StructuredBlocks:
             micro,
             macro,
             torch.tensor(front, dtype=torch.float32).reshape(-1, 3),
-            torch.tensor(drains, dtype=torch.float32).reshape(-1, 2),
+            torch.tensor(drains, dtype=torch.float32).reshape(-1, len(DRAINS)),
         )
 
     def select(self, idx: torch.Tensor) -> Batch:
@@ -179,15 +179,16 @@ def bounds(
                 1,
             ).amax(1)
         )
-    if DRAINS[0] in names or DRAINS[1] in names:
-        waits = batch.drains[:, 0] * optional(DRAINS[0]) + batch.drains[:, 1] * optional(DRAINS[1])
-        per_iteration.append(waits + (batch.drains.sum(1) > 0) * chain)
+    on = [k for k, name in enumerate(DRAINS) if name in names]
+    if on:
+        waits = sum(batch.drains[:, k] * optional(DRAINS[k]) for k in on)
+        per_iteration.append(waits + (batch.drains[:, on].sum(1) > 0) * chain)
     return torch.stack([*per_iteration, chain], 1)
 
 
 def n_bounds(names) -> int:
     """How many columns ``bounds`` gives under the globals ``names`` (the critical path included)."""
-    return 4 + ("issue_width" in names) + (DRAINS[0] in names or DRAINS[1] in names)
+    return 4 + ("issue_width" in names) + any(name in names for name in DRAINS)
 
 
 class StructuredModel(nn.Module):

@@ -254,12 +254,13 @@ std::vector<std::tuple<int, int, bool>> Block::front_end() const {
   return Out;
 }
 
-std::vector<std::tuple<bool, bool>> Block::serialising() const {
-  std::vector<std::tuple<bool, bool>> Out;
+std::vector<std::tuple<bool, bool, bool>> Block::serialising() const {
+  std::vector<std::tuple<bool, bool, bool>> Out;
   if (!ok()) return Out;
   const std::vector<bool> Assist = zeroShiftAssists(*impl->Engine, *impl, exact_accesses());
   const std::vector<bool> Locked = lockedInstructions(*impl->Engine, *impl);
-  for (size_t I = 0; I < Assist.size(); ++I) Out.emplace_back(Assist[I], Locked[I]);
+  const std::vector<bool> X87 = x87StackFaults(*impl->Engine, *impl);
+  for (size_t I = 0; I < Assist.size(); ++I) Out.emplace_back(Assist[I], Locked[I], X87[I]);
   return Out;
 }
 

@@ -132,8 +132,9 @@ struct Block {
   // Per instruction: (bytes, µops micro-fusion saves, macro-fused into the one before).
   std::vector<std::tuple<int, int, bool>> front_end() const;
   // Per instruction: whether it waits for Zen+'s zero-count-shift assist (with
-  // CL known to be zero when exact accesses are attached), and whether it is locked.
-  std::vector<std::tuple<bool, bool>> serialising() const;
+  // CL known to be zero when exact accesses are attached), whether it is locked,
+  // and whether it faults on the x87 stack once the stack has settled.
+  std::vector<std::tuple<bool, bool, bool>> serialising() const;
 };
 
 struct SimResult {

@@ -13,6 +13,17 @@
 // the store buffer and execute alone (Intel's optimization manual, "locked
 // instructions"; BHive measures a lone `lock decl (%rbx)` at 19 cycles an
 // iteration on Haswell).
+//
+// The x87 stack out of balance on Intel's cores (mechanism x87_stack): an x87
+// instruction that reads an empty register (underflow) or pushes onto a full
+// one (overflow) raises a stack fault; masked, as the harness leaves it, its
+// response is a microcode assist. BHive's harness starts with the stack empty and
+// runs the block over and over, so a block that pushes more than it pops fills
+// the eight registers within eight iterations and overflows from then on, and
+// one that pops more, or reads a register it never loaded, underflows. BHive
+// measures `fldz ; testq %rdi, %rdi` at 330 cycles an iteration on Ivy Bridge,
+// `fstpt (%rbp) ; addq 24(%rsp), %rbp ; cmpq %r12, %rbx` at 356 on Haswell, and
+// the balanced `fldt 16(%rbx) ; ... ; fstpt (%r12) ; ...` at 6.9 on Skylake.
 #pragma once
 
 #include "engine_impl.h"
@@ -32,8 +43,15 @@ std::vector<bool> zeroShiftAssists(const EngineImpl &E, const BlockImpl &B, bool
 // prefixes, or a LOCK_PREFIX instruction just before it (as LLVM disassembles
 // one), or an xchg with a memory operand.
 std::vector<bool> lockedInstructions(const EngineImpl &E, const BlockImpl &B);
+// Which of B's instructions fault on the x87 stack once the stack has settled:
+// the stack followed register by register (TOP and each register's tag) from
+// empty over X87_ITERATIONS iterations of the block, the last one's faults. An
+// MMX instruction leaves every register valid; fninit, emms and state loads
+// leave them empty.
+constexpr int X87_ITERATIONS = 17;
+std::vector<bool> x87StackFaults(const EngineImpl &E, const BlockImpl &B);
 // Per instruction, the cycles it waits once every older instruction has retired
-// under the serialising mechanisms that are on (zero_shift, locked), summed; -1
+// under the serialising mechanisms that are on (zero_shift, locked, x87_stack), summed; -1
 // where it does not wait.
 std::vector<int> serialisingDrains(const EngineImpl &E, const BlockImpl &B, const Globals &G);
 
