@@ -30,6 +30,8 @@ COUNTS = (
 FEATURES = [*COUNTS, "chain_cycles", "loop_carried_cycles", "port_pressure_cycles", "dispatch_cycles", "bottleneck"]
 EMPTY_ROW = {"latency": [], "uops": 0, "read_advance": [], "ports": {}}
 BATCH = 256  # blocks whose dependency chains are computed together
+
+
 def containment(resources: list[dict]) -> np.ndarray:
     """C[s, r] = 1/|units(r)| when resource s's units all lie in r: the pressure on
     r is the cycles of everything that must run inside it, spread over its units."""
