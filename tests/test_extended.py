@@ -329,9 +329,9 @@ def test_bank_conflicts_are_sandy_and_ivy_bridges_and_need_memory(haswell, base)
         "front_end",
         "memory",
         "stack_engine",
+        "x87_stack",
         "bank_conflict",
         "partial_register",
-        "x87_stack",
     )
 
 
@@ -478,8 +478,8 @@ def test_engine_refuses_out_of_range_parameters_and_unsupported_cpus(haswell, ba
         ("auto", None),
         ("llvm-mca", ()),
         ("extended", ("front_end", "memory", "stack_engine", "x87_stack")),
-        ("extended+move_elimination", ("front_end", "memory", "stack_engine", "move_elimination", "x87_stack")),
-        ("extended+locked", ("front_end", "memory", "stack_engine", "locked", "x87_stack")),
+        ("extended+move_elimination", ("front_end", "memory", "stack_engine", "x87_stack", "move_elimination")),
+        ("extended+locked", ("front_end", "memory", "stack_engine", "x87_stack", "locked")),
         ("llvm-mca+stack_engine+front_end", ("front_end", "stack_engine")),
     ],
 )
@@ -508,8 +508,8 @@ def test_extended_is_each_generations_own():
         "front_end",
         "memory",
         "stack_engine",
-        "partial_register",
         "x87_stack",
+        "partial_register",
     )
     assert extended.parse("extended", "znver1") == ("memory", "stack_engine", "zero_shift")
     assert extended.parse("extended", "btver2") == ()

@@ -105,9 +105,38 @@ def test_metrics_and_slices():
     assert {"all", "app:tensorflow", "ml:tensorflow", "ml:all", "len:1-4", "mem:register"} <= by_block["a"]
     assert {"ml:openblas", "len:5-9", "mem:memory"} <= by_block["b"]
     assert {"ml:none", "len:20+"} <= by_block["c"]
+    assert "class:other" in by_block["a"] and not any(s.startswith("class:") for s in by_block["a"] - {"class:other"})
+
     pred = pl.DataFrame({"block_id": ["a", "b", "c"], "cycles": [110, 100, 50]})
     truth = pl.DataFrame({"block_id": ["a", "b", "c"], "cycles_per_100": [100.0, 100.0, 100.0]})
     splits = pl.DataFrame({"block_id": ["a", "b", "c"], "split": ["test"] * 3})
     table = metrics_by_slice(pred, truth, splits, member)
     overall = table.filter(pl.col("slice") == "all")
     assert overall["n"][0] == 3 and overall["mape"][0] == pytest.approx((0.1 + 0 + 0.5) / 3)
+
+
+def test_a_block_is_in_every_instruction_class_of_its_instructions():
+    asm = {
+        "div": "movq (%rdi), %rax\ndivq 8(%rbx)\naddq $1, (%rax)",
+        "x87": "fldz\ntestq %rdi, %rdi",
+        "x87_control": "fnstsw %ax\nfldcw (%rax)",
+        "simd": "vaddps %ymm0, %ymm1, %ymm2\nsqrtsd %xmm1, %xmm0",
+        "locked": "lock\naddl $1, (%rsi)",
+        "xchg": "xchgq %rax, (%rdx)",
+        "stack": "pushq %rbx\nmfence",
+    }
+    blocks = pl.DataFrame({"block_id": list(asm), "n_insts": [2] * len(asm), "asm": list(asm.values())})
+    member = slices(blocks, pl.DataFrame(schema={"block_id": pl.Utf8, "app": pl.Utf8}))
+    classes = {
+        b: {s.removeprefix("class:") for s in member.filter(pl.col("block_id") == b)["slice"] if s.startswith("class:")}
+        for b in asm
+    }
+    assert classes == {
+        "div": {"divide", "read_modify_write"},
+        "x87": {"x87"},
+        "x87_control": {"other"},
+        "simd": {"simd", "fp_divide_sqrt"},
+        "locked": {"locked", "read_modify_write"},
+        "xchg": {"locked"},
+        "stack": {"push_pop", "fence_serialising"},
+    }

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from conftest import SAMPLE
 from difftune_pipeline.cli import app
 from difftune_pipeline.model.metrics import worse_slices
+from difftune_pipeline.reporting.anatomy import anatomy
 from difftune_pipeline.reporting.compare import compare, worse_summary
 from difftune_pipeline.warehouse import connection as store
 
@@ -32,6 +33,46 @@ def _errors(rng, n: int, shift: float, noise: float, prefix: str) -> pl.DataFram
             "new_error": np.abs(base + shift + rng.normal(0, noise, n)),
         }
     )
+
+
+def test_blocks_no_table_explains_are_a_slice_and_x87_faults_are_not_among_them():
+    """`fldz` alone, measured at 330 cycles an iteration (Ivy Bridge): llvm-mca predicts
+    under one, the extended model its x87 fault; a `nop` measured at 100 cycles is ten
+    times slower than every table, and one at 0.01 ten times faster."""
+    from difftune_pipeline import harness
+    from difftune_pipeline.engine import Engine, extended
+    from difftune_pipeline.steps.evaluation import _unexplained, _x87_faults
+
+    engine = Engine("haswell")
+    blocks = [engine.parse_asm(a) for a in ("fldz\ntestq %rdi, %rdi", "nop", "nop", "addq %rax, %rbx")]
+    blocks = [harness.accesses(b, "bhive").attach(b) for b in blocks]
+    frame = pl.DataFrame({"block_id": ["fldz", "slow", "fast", "fine"], "cycles_per_100": [33000.0, 10000, 1, 100]})
+    llvm = engine.default_table(blocks)
+    results = [engine.simulate(blocks, t) for t in (llvm, llvm.with_model(extended.for_cpu("haswell"), "bhive"))]
+    found = _unexplained(frame, results, "steady")
+    assert sorted(found.iter_rows()) == [("fast", "unexplained:10x_faster"), ("slow", "unexplained:10x_slower")]
+    assert _x87_faults(frame, blocks).rows() == [("fldz", "assist:x87")]
+
+
+def test_the_anatomy_says_which_blocks_carry_the_error():
+    """Two blocks 50% off carry 100 of 110 points of error; the eight within 20%
+    (one 10% off, seven exact) carry the rest. Shares are of the whole error."""
+    measured = [100.0] * 10
+    learned = [150.0, 50.0, 110.0] + [100.0] * 7
+    predicted = pl.DataFrame({"block_id": [f"b{i}" for i in range(10)], "measured": measured, "learned": learned})
+    memberships = pl.DataFrame({"block_id": ["b0", "b1", "b2", "b3"], "slice": ["class:x87"] * 2 + ["len:1-4"] * 2})
+    rows = {r["slice"]: r for r in anatomy(predicted, "learned", memberships).iter_rows(named=True)}
+    assert rows["all"] == {
+        "slice": "all",
+        "blocks": 10,
+        "mape_pct": 11.0,
+        "error_share_pct": 100.0,
+        "beyond_20_pct": 20.0,
+    }
+    assert rows["beyond 20%"]["blocks"] == 2 and rows["beyond 20%"]["error_share_pct"] == pytest.approx(90.9)
+    assert rows["within 20%"]["mape_pct"] == pytest.approx(1.25) and rows["within 20%"]["beyond_20_pct"] == 0
+    assert rows["class:x87"]["error_share_pct"] == pytest.approx(90.9) and rows["len:1-4"]["blocks"] == 2
+    assert list(rows)[:2] == ["all", "beyond 20%"]  # largest share first
 
 
 def test_a_slice_is_worse_only_when_the_difference_holds_up():

@@ -142,12 +142,12 @@ MECHANISMS = (
     "front_end",
     "memory",
     "stack_engine",
+    "x87_stack",
     "move_elimination",
     "zero_shift",
     "locked",
     "bank_conflict",
     "partial_register",
-    "x87_stack",
 )
 # The mechanisms another needs on: bank conflicts read the addresses the memory
 # mechanism is given.

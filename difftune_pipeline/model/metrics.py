@@ -65,6 +65,24 @@ def kendall_tau(predicted, measured) -> float | None:
 
 ML_FAMILIES = {"tensorflow": "tensorflow", "eigen": "eigen", "openblas": "openblas"}
 LENGTHS = [(1, 4), (5, 9), (10, 19), (20, 10**9)]
+# Instruction classes (AT&T mnemonics, one pattern per line of a block's text): a
+# block is in every class one of its instructions is in, and in "class:other" when
+# in none. Where the error lives is read per class (reporting/anatomy.py).
+INSTRUCTION_CLASSES = {
+    "divide": r"^\s*i?div[bwlq]?\s",
+    "fp_divide_sqrt": r"^\s*v?(div|sqrt|rsqrt|rcp)[sp][sd]\s",
+    "x87": (
+        r"^\s*f(ld[sltz1]?|ldpi|ldl2[et]|ldlg2|ldln2|ild[sl]{0,2}|i?stp?[slt]?|istp[sl]{0,2}|isttp[slq]{0,2}|"
+        r"i?(add|sub|subr|mul|div|divr)[psl]?|i?u?comi?p{0,2}[sl]?|xch|chs|abs|sqrt|sin|cos|sincos|p?tan|patan|"
+        r"scale|prem1?|rndint|xam|tst|cmov\w+|yl2x(p1)?|2xm1|xtract|bld|bstp|free|incstp|decstp)(\s|$)"
+    ),
+    "locked": r"^\s*(lock\b|xchg[bwlq]?\s.*\()",
+    "fence_serialising": r"^\s*(mfence|lfence|sfence|cpuid|rdtscp?|pause)\b",
+    "string": r"^\s*(rep\w*|movs[bwlq]|stos[bwlq]?|lods[bwlq]?|cmps[bwlq]|scas[bwlq]?)\b",
+    "push_pop": r"^\s*(push|pop)[wq]?\s",
+    "read_modify_write": r"^\s*(add|sub|and|or|xor|inc|dec|neg|not|adc|sbb|shl|shr|sar|rol|ror)[bwlq]?\s.*\)\s*$",
+    "simd": r"%[xyz]mm",
+}
 
 
 def slices(
@@ -74,7 +92,7 @@ def slices(
     extra: list[pl.DataFrame] = (),
 ) -> pl.DataFrame:
     """(block_id, slice) memberships: all, source application, ML kernel family,
-    block length, memory vs register-only, the bottleneck the block's hardware
+    block length, instruction class, memory vs register-only, the bottleneck the block's hardware
     features point to, and ``extra`` (block_id, slice) frames. ``blocks`` has
     block_id, n_insts, asm; ``sources`` has block_id, app; ``bottlenecks``
     block_id, bottleneck."""
@@ -98,6 +116,19 @@ def slices(
         parts.append(
             blocks.filter(pl.col("n_insts").is_between(lo, hi)).select("block_id", pl.lit(label).alias("slice"))
         )
+    lines = blocks.select("block_id", pl.col("asm").str.split("\n").alias("line")).explode("line")
+    classes = pl.concat(
+        [
+            lines.filter(pl.col("line").str.contains(pattern)).select(
+                "block_id", pl.lit(f"class:{name}").alias("slice")
+            )
+            for name, pattern in INSTRUCTION_CLASSES.items()
+        ]
+    ).unique()
+    parts.append(classes)
+    parts.append(
+        blocks.join(classes, on="block_id", how="anti").select("block_id", pl.lit("class:other").alias("slice"))
+    )
     memory = pl.col("asm").str.contains(r"\(")
     parts.append(
         blocks.select(

@@ -18,6 +18,7 @@ import polars as pl
 from difftune_pipeline.engine import MEASURES, Engine, ParamTable
 from difftune_pipeline.model.metrics import MIN_SLICE_BLOCKS
 from difftune_pipeline.reporting import plots
+from difftune_pipeline.reporting.anatomy import OFF, anatomy
 from difftune_pipeline.reporting.compare import (
     by_measure,
     changed_parameters,
@@ -36,6 +37,7 @@ td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}th{background:#f
 .worse{background:#fde2e2}img{max-width:100%}pre{font-size:85%;background:#f7f7f7;padding:.5em}"""
 EXPLAINED_ROWS = 2  # iterations of each notable block drawn on its timeline
 TOP_CHANGES = 10
+ANATOMY_ROWS = 30  # slices shown in "where the error is"
 
 
 def table_html(frame: pl.DataFrame, highlight: str | None = None) -> str:
@@ -108,6 +110,11 @@ def uarch_section(db, row: dict) -> str:
         table_html(ml, "worse") if ml.height else "<p>No block of the test split comes from an ML kernel.</p>",
         "<h3>By slice (test)</h3>",
         table_html(test, "worse"),
+        "<h3>Where the error is (test, learned table)</h3>",
+        f"<p>The blocks within {OFF:.0%} of their measurement against the rest, then each slice: its blocks,"
+        " their MAPE, their share of all the error and the share of them more than"
+        f" {OFF:.0%} off, largest share first (<code>bench/error_anatomy.py</code> sets the default beside it).</p>",
+        table_html(anatomy(predicted, "learned", evaluation.block_slices(db, uarch)).head(ANATOMY_ROWS)),
     ]
     learned, default = tables.load_table(db, row["learned_id"]), tables.load_table(db, row["default_id"])
     parts += ["<h3>Parameters that moved most</h3>", table_html(changed_parameters(default, learned))]
