@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from unicorn import (
@@ -98,12 +99,14 @@ def accesses(block: Block, harness: str) -> Accesses:
     return Accesses("none", symbolic(block), "ok")
 
 
-def bhive(encoding: list[str], iterations: int = ITERATIONS) -> tuple:
+def bhive(encoding: list[str], iterations: int = ITERATIONS, watch: Callable | None = None) -> tuple:
     """Runs the block (its instructions' machine code) ``iterations`` times from
-    BHive's initial state, recording every load and store."""
+    BHive's initial state, recording every load and store. ``watch(uc, iteration,
+    instruction)`` is called before each instruction executes (the emulator's state
+    as the harness leaves it there: register values for the benchmarks)."""
     registers = {reg: INIT for reg in _GPRS} | {X.UC_X86_REG_RSP: 0x2324800, X.UC_X86_REG_RBP: 0x23247F0}
     page = ctypes.create_string_buffer(INIT.to_bytes(8, "little") * (PAGE // 8), PAGE)
-    return _emulate(encoding, registers, 0x1F80 | 0x8040, page, iterations)  # exceptions masked, FTZ and DAZ
+    return _emulate(encoding, registers, 0x1F80 | 0x8040, page, iterations, watch)  # exceptions masked, FTZ, DAZ
 
 
 def nanobench(encoding: list[str], iterations: int = ITERATIONS) -> tuple:
@@ -116,7 +119,7 @@ def nanobench(encoding: list[str], iterations: int = ITERATIONS) -> tuple:
     return _emulate(encoding, registers, 0x1F80, None, iterations)
 
 
-def _emulate(encoding: list[str], registers: dict, mxcsr: int, page, iterations: int) -> tuple:
+def _emulate(encoding: list[str], registers: dict, mxcsr: int, page, iterations: int, watch=None) -> tuple:
     """Runs the block from the given registers, mapping each data page it touches
     onto ``page`` (one shared buffer) or, with None, a zeroed page of its own."""
     code = b"".join(bytes.fromhex(h) for h in encoding)
@@ -141,6 +144,8 @@ def _emulate(encoding: list[str], registers: dict, mxcsr: int, page, iterations:
             uc.emu_stop()
         else:
             state["instr"] = starts[address]
+            if watch is not None:
+                watch(uc, state["iteration"], state["instr"])
 
     def on_access(uc, kind, address, size, value, _):
         if len(rows) >= MAX_ACCESSES:

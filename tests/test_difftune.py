@@ -1,5 +1,6 @@
 """DiffTune steps end to end on the sample, idempotence, and resumable simulations."""
 
+import dataclasses
 import json
 import pickle
 import re
@@ -579,3 +580,9 @@ def test_the_surrogate_screens_a_row_by_its_change_in_cycles(simulated):
     assert change.shape == (2, len(idx)) and np.all(change[0] == 0) and change[1].mean() > 0
     assert screen.judged == 2
     assert screen.change(default, [{"NOT_A_ROW": slower}], idx) is None and screen.judged == 2
+    # the table as the search moves it: encoded again only where its rows changed, always as a whole
+    moved = dataclasses.replace(default, rows={**default.rows, key: slower})
+    again = screen.change(moved, [{key: default.rows[key]}], idx)
+    assert np.allclose(again, -change[1:], atol=1e-4)
+    for table in (moved, default):
+        assert all(np.array_equal(a, b) for a, b in zip(screen._encode(table), view.space.encode(table)))

@@ -410,6 +410,17 @@ def test_emulation_records_width_and_iterations(haswell):
     assert stores == [0x2324020 + 64 * k for k in range(harness.ITERATIONS)]
 
 
+def test_a_watcher_sees_the_registers_before_each_instruction(haswell):
+    """BHive's state as each instruction finds it: a division of BHive's fill value
+    by itself has quotient 1 (bench/division_operands.py reads operands this way)."""
+    from unicorn import x86_const as X
+
+    block = haswell.parse_asm("xorl %edx, %edx\ndivq %rbx\naddq $1, %rcx")
+    seen = []
+    harness.bhive(block.encoding, 2, lambda uc, k, i: seen.append((k, i, uc.reg_read(X.UC_X86_REG_RAX))))
+    assert seen == [(0, 0, 0x2324000), (0, 1, 0x2324000), (0, 2, 1), (1, 0, 1), (1, 1, 1), (1, 2, 0)]
+
+
 def test_table_records_its_model(tmp_path, base):
     table = model(base, ("front_end", "memory"), "bhive", issue_width=5)
     assert table.model == "llvm-mca+front_end+memory@bhive"

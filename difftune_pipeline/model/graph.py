@@ -146,8 +146,9 @@ class BlockGraphs:
 
     def select(self, idx: list[int]) -> BatchGraph:
         width = max(1, max(self.sizes[i] for i in idx))
-        shifted = [self.edges[i] + torch.tensor([b * width, b * width, 0, 0, 0, 0]) for b, i in enumerate(idx)]
-        e = torch.cat(shifted) if shifted else torch.zeros(0, 6, dtype=torch.long)
+        e = torch.cat([self.edges[i] for i in idx]) if idx else torch.zeros(0, 6, dtype=torch.long)
+        counts = torch.tensor([len(self.edges[i]) for i in idx], dtype=torch.long)
+        e[:, :2] += (torch.arange(len(idx)) * width).repeat_interleave(counts).unsqueeze(1)  # block b's at b * width
         return BatchGraph(
             e[:, 0],
             e[:, 1],
@@ -179,11 +180,15 @@ def latency_bounds(
 
     extra = per_edge(forward) * graph.memory + per_edge(fail) * graph.failed
     weight = torch.relu(flat_lat[graph.src] + extra - advance.reshape(-1)[graph.dst] * graph.register)  # [E]
-    same, carried = ~graph.carried, graph.carried
+    # the within-iteration and the carried edges, each selected once: relax runs
+    # UNROLL times the longest chain per call
+    same = (graph.dst[~graph.carried], graph.src[~graph.carried], weight[~graph.carried])
+    carried = (graph.dst[graph.carried], graph.src[graph.carried], weight[graph.carried])
 
-    def relax(into: torch.Tensor, times: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """max(into[j], times[i] + w(i, j)) over the edges in ``mask``."""
-        return into.scatter_reduce(0, graph.dst[mask], times[graph.src[mask]] + weight[mask], "amax")
+    def relax(into: torch.Tensor, times: torch.Tensor, edges: tuple) -> torch.Tensor:
+        """max(into[j], times[i] + w(i, j)) over ``edges`` (dst, src, weight)."""
+        dst, src, w = edges
+        return into.scatter_reduce(0, dst, times[src] + w, "amax")
 
     # Start times, iteration by iteration: what the previous iteration feeds in,
     # then max-plus relaxation along the within-iteration edges, as many rounds as

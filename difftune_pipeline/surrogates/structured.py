@@ -267,8 +267,12 @@ class StructuredSurrogate(Surrogate):
         return self.model(params.to(device), pairs.globals_[table_idx].to(device), moved(batch, device))
 
     def predict_fn(self, inputs: StructuredBlocks):
+        last: list = [None, None]  # the blocks asked about last and their batch: the search asks again and again
+
         def predict(matrix: torch.Tensor, globals_: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-            batch = inputs.select(idx)
+            if last[0] is None or not torch.equal(last[0], idx):
+                last[:] = [idx.clone(), inputs.select(idx)]
+            batch = last[1]
             padded = torch.cat([matrix, torch.zeros(1, matrix.shape[1], dtype=matrix.dtype)], 0)
             return self.model(padded[batch.rows], globals_.expand(len(idx), -1), batch)
 

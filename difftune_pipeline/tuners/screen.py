@@ -19,6 +19,8 @@ class SurrogateScreen:
     def __init__(self, view: SurrogateView, top: int):
         self.view, self.top = view, top
         self.judged = 0  # moves the surrogate judged, each on a row's sampled blocks
+        self._matrix: np.ndarray | None = None  # the last table asked about, encoded
+        self._encoded: list[dict | None] = []  # the row each line of _matrix encodes
 
     def change(self, table: ParamTable, variants: list[dict[str, dict]], idx: np.ndarray) -> np.ndarray | None:
         """[len(variants), len(idx)]: how many cycles the surrogate adds to each of
@@ -27,7 +29,7 @@ class SurrogateScreen:
         space = self.view.space
         if not any(k in space.index for variant in variants for k in variant):
             return None
-        matrix, globals_ = space.encode(table)
+        matrix, globals_ = self._encode(table)
         base = predict_batched(self.view.predict, matrix, globals_, idx)
         changes = []
         for variant in variants:
@@ -38,3 +40,19 @@ class SurrogateScreen:
             changes.append(predict_batched(self.view.predict, moved, globals_, idx) - base)
         self.judged += len(variants)
         return torch.stack(changes).double().numpy()
+
+    def _encode(self, table: ParamTable) -> tuple[np.ndarray, np.ndarray]:
+        """``space.encode(table)``, re-encoding only the rows that are not the ones
+        encoded last: the search asks about its table once per visit of a row, and
+        between two visits only the rows of the moves it accepted change."""
+        space = self.view.space
+        if self._matrix is None:
+            self._matrix, globals_ = space.encode(table)
+            self._encoded = [table.rows.get(key) for key in space.keys]
+            return self._matrix, globals_
+        for i, key in enumerate(space.keys):
+            row = table.rows.get(key)
+            if row is not self._encoded[i]:
+                self._matrix[i] = 0 if row is None else space.encode_row(row)
+                self._encoded[i] = row
+        return self._matrix, np.array([table.globals[k] for k in space.globals], dtype=np.float32)
