@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from difftune_pipeline.cli.common import WarehouseOpt, app, print_json, user_errors
+from difftune_pipeline.reporting.anatomy import OFF
 from difftune_pipeline.warehouse import DEFAULT_PATH, evaluation
 
 TABLES = {  # name -> column heading
@@ -31,7 +32,6 @@ LEGEND = (
     "Below it: test blocks more than 20% off their measurement (default → learned),",
     "and test blocks 10x off every table before learning (slices unexplained:…).",
 )
-OFF = 0.20  # a block this far off its measurement is in the tail
 
 
 @app.command()
@@ -93,7 +93,7 @@ def _entry(row: dict) -> dict[str, Any]:
 
 
 def _tail(db: Path, row: dict) -> dict[str, Any]:
-    """The test blocks more than ``OFF`` off their measurement (share, per table) and
+    """The test blocks more than ``OFF`` (20%) off their measurement (share, per table) and
     those in an ``unexplained:`` slice (count); None before an evaluation."""
     if row["learned_id"] is None:
         return {"test_off_20_share": None, "test_unexplained": None}

@@ -104,7 +104,7 @@ X87Effect x87Effect(const EngineImpl &E, const MCInst &MI) {
   static const std::regex Pop2("FCOMPP|UCOM_FPPr");
   static const std::regex Pop(
       "ST_FP(32m|64m|80m|rr)|ISTT?_FP(16|32|64)m|FBSTPm|(ADD|MUL|SUBR?|DIVR?)_FPrST0|COMP_FST0r|UCOM_FPr|"
-      "U?COM_FIPr|FI?COMP(16|32|64)m|FPATAN|FYL2X(P1)?|FFREEP");
+      "U?COM_FIPr|FI?COMP(16|32|64)m|FPATAN|FYL2X(P1)?");
   static const std::regex ReadsSt1("FCOMPP|UCOM_FPPr|FSCALE|FPREM1?|FPATAN|FYL2X(P1)?");
   static const std::regex NoResult(
       "ST_FP?(32m|64m|80m)|ISTT?_FP?(16|32|64)m|FBSTPm|COMP?_FST0r|UCOM_FP{0,2}r|U?COM_FIP?r|FI?COMP?(16|32|64)m|"

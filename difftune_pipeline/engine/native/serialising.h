@@ -45,7 +45,8 @@ std::vector<bool> zeroShiftAssists(const EngineImpl &E, const BlockImpl &B, bool
 std::vector<bool> lockedInstructions(const EngineImpl &E, const BlockImpl &B);
 // Which of B's instructions fault on the x87 stack once the stack has settled:
 // the stack followed register by register (TOP and each register's tag) from
-// empty over X87_ITERATIONS iterations of the block, the last one's faults. An
+// empty over X87_ITERATIONS iterations of the block (more than twice the eight
+// registers: any imbalance has filled or emptied them), the last one's faults. An
 // MMX instruction leaves every register valid; fninit, emms and state loads
 // leave them empty.
 constexpr int X87_ITERATIONS = 17;
