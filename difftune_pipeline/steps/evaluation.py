@@ -9,7 +9,8 @@ import polars as pl
 from difftune_pipeline.engine import MEASURES, extended
 from difftune_pipeline.model.metrics import metrics_by_slice, slices
 from difftune_pipeline.reporting.compare import by_measure, changed_parameters, three_tables, worse_share
-from difftune_pipeline.reporting.report import explained_blocks, load_figures, save_figures, scatter_png
+from difftune_pipeline.reporting.figures import load_figures, save_figures
+from difftune_pipeline.reporting.report import explained_blocks, scatter_png
 from difftune_pipeline.steps.context import CODE_VERSIONS, StepContext, fingerprint
 from difftune_pipeline.steps.results import Evaluated
 from difftune_pipeline.warehouse import connection, evaluation, harness_records, ingestion, insert_new, tables, writer
