@@ -30,7 +30,7 @@ LEGEND = (
     "steady: cycles per 100 iterations once fill and drain cancel, as BHive measures.",
     ">20pt worse: test blocks the learned table makes 20 points worse than default.",
     "Below it: test blocks more than 20% off their measurement (default → learned),",
-    "and test blocks 10x off every table before learning (slices unexplained:…).",
+    "and test blocks 10x off every table, learned too (slices unexplained:…).",
 )
 
 
