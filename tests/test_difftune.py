@@ -135,6 +135,19 @@ def test_stages_end_to_end_and_again_without_work(ctx, warehouse):
     steps.evaluate(ctx, [default_id, learned.table_id])
     assert {t: _count(warehouse, t) for t in counts} == counts
 
+    # slices drawn by other code are drawn again, and every table's figures with them
+    from difftune_pipeline.warehouse import writer
+
+    with writer(warehouse) as con:
+        con.execute("UPDATE block_slices SET code_version = 'older code'")
+        con.execute("DELETE FROM evaluations WHERE slice LIKE 'class:%'")  # figures of a slice the older code lacked
+    again = steps.evaluate(ctx, [default_id, learned.table_id])
+    assert {t: _count(warehouse, t) for t in counts} == counts
+    assert again.drop("evaluated_at").equals(evals.drop("evaluated_at"))
+    assert set(store.query("SELECT DISTINCT code_version FROM block_slices", warehouse)["code_version"]) == {
+        steps.context.CODE_VERSIONS["evaluation"]
+    }
+
 
 def test_accesses_are_recorded_once_and_the_model_is_chosen_on_val(fresh, warehouse):
     ctx = fresh

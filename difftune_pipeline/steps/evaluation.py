@@ -20,8 +20,12 @@ from difftune_pipeline.warehouse.simulations import PREDICTED
 def evaluate(ctx: StepContext, table_ids: list[str]) -> pl.DataFrame:
     """The ``evaluations`` rows of ``table_ids``, evaluating those not stored yet."""
     todo = [t for t in table_ids if not evaluation.evaluated(ctx.db, t, ctx.uarch)]
-    if not todo and evaluation.has_block_slices(ctx.db, ctx.uarch):  # the slices cost a simulation of every table
+    code = CODE_VERSIONS["evaluation"]
+    drawn = evaluation.has_block_slices(ctx.db, ctx.uarch, code)
+    if not todo and drawn:  # the slices cost a simulation of every table
         return evaluation.evaluations(ctx.db, ctx.uarch, table_ids, ctx.settings.measure)
+    if not drawn:  # slices drawn by other code: every table's figures are drawn again with them
+        todo = list(table_ids)
     (val_frame, val_blocks), (test_frame, test_blocks) = ctx.blocks("val"), ctx.blocks("test")
     frame, blocks = pl.concat([val_frame, test_frame]), {**val_blocks, **test_blocks}
     listed, iterations = [blocks[b] for b in frame["block_id"]], ctx.settings.iterations
@@ -40,7 +44,8 @@ def evaluate(ctx: StepContext, table_ids: list[str]) -> pl.DataFrame:
         ],
     )
     with writer(ctx.db) as con:
-        evaluation.save_block_slices(con, ctx.uarch, memberships)
+        evaluation.save_block_slices(con, ctx.uarch, memberships, code)
+        evaluation.forget_evaluations(con, ctx.uarch, todo)
     now = connection.now()
     for table_id in todo:
         result = results[table_id]

@@ -73,16 +73,23 @@ def record_comparison(
     )
 
 
-def save_block_slices(con: duckdb.DuckDBPyConnection, uarch: str, memberships: pl.DataFrame) -> int:
-    """The µarch's slice memberships, replacing the last ones (a new default table moves blocks between slices)."""
+def save_block_slices(con: duckdb.DuckDBPyConnection, uarch: str, memberships: pl.DataFrame, code: str) -> int:
+    """The µarch's slice memberships drawn by ``code``, replacing the last ones (a new
+    default table moves blocks between slices)."""
     con.execute("DELETE FROM block_slices WHERE uarch = ?", [uarch])
-    return insert_new(
-        con, "block_slices", memberships.with_columns(pl.lit(uarch).alias("uarch")), ["uarch", "block_id", "slice"]
-    )
+    frame = memberships.with_columns(pl.lit(uarch).alias("uarch"), pl.lit(code).alias("code_version"))
+    return insert_new(con, "block_slices", frame, ["uarch", "block_id", "slice"])
 
 
-def has_block_slices(db: Db, uarch: str) -> bool:
-    return not query("SELECT 1 FROM block_slices WHERE uarch = ? LIMIT 1", db, [uarch]).is_empty()
+def has_block_slices(db: Db, uarch: str, code: str) -> bool:
+    """Whether the µarch's slices were drawn by ``code``."""
+    sql = "SELECT 1 FROM block_slices WHERE uarch = ? AND code_version = ? LIMIT 1"
+    return not query(sql, db, [uarch, code]).is_empty()
+
+
+def forget_evaluations(con: duckdb.DuckDBPyConnection, uarch: str, table_ids: list[str]) -> None:
+    """The per-slice figures of ``table_ids`` on ``uarch``, dropped: slices drawn again change them."""
+    con.execute("DELETE FROM evaluations WHERE uarch = ? AND table_id IN (SELECT unnest(?))", [uarch, table_ids])
 
 
 def block_slices(db: Db, uarch: str) -> pl.DataFrame:
