@@ -270,11 +270,8 @@ MIGRATIONS: list[str | Callable[[duckdb.DuckDBPyConnection, Path], None]] = [
         PRIMARY KEY (asset, partition)
     );
     """,
-    """
-    -- The code that drew a µarch's slices (the evaluation step's code version): slices
-    -- drawn by other code are drawn again, and every table's figures with them.
-    ALTER TABLE block_slices ADD COLUMN IF NOT EXISTS code_version VARCHAR;
-    """,
+    # the evaluation code that drew a µarch's slices: slices other code drew are drawn again
+    "ALTER TABLE block_slices ADD COLUMN IF NOT EXISTS code_version VARCHAR",
 ]
 
 
