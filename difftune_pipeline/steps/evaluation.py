@@ -29,18 +29,21 @@ def evaluate(ctx: StepContext, table_ids: list[str]) -> pl.DataFrame:
     (val_frame, val_blocks), (test_frame, test_blocks) = ctx.blocks("val"), ctx.blocks("test")
     frame, blocks = pl.concat([val_frame, test_frame]), {**val_blocks, **test_blocks}
     listed, iterations = [blocks[b] for b in frame["block_id"]], ctx.settings.iterations
-    llvm = ctx.engine.simulate(listed, ctx.llvm_default(), iterations=iterations)
-    default = ctx.engine.simulate(listed, ctx.default_table()[1], iterations=iterations)
-    results = {t: ctx.engine.simulate(listed, tables.load_table(ctx.db, t), iterations=iterations) for t in table_ids}
+    (llvm_id, llvm), (default_id, default) = ctx.llvm_mca_table(), ctx.default_table()
+    known = {llvm_id: llvm, default_id: default}  # most often among table_ids: simulated once
+    results = {
+        t: ctx.engine.simulate(listed, known.get(t) or tables.load_table(ctx.db, t), iterations=iterations)
+        for t in dict.fromkeys([llvm_id, default_id, *table_ids])
+    }
     memberships = slices(
         frame.select("block_id", "n_insts", "asm"),
         ingestion.block_sources(ctx.db),
         evaluation.bottlenecks(ctx.db, ctx.default_table()[0]),
         [
             _store_load(ctx),
-            _above_16_bytes(frame, listed, llvm, iterations),
+            _above_16_bytes(frame, listed, results[llvm_id], iterations),
             _x87_faults(frame, listed),
-            _unexplained(frame, [llvm, default, *results.values()], ctx.settings.measure),
+            _unexplained(frame, list(results.values()), ctx.settings.measure),
         ],
     )
     with writer(ctx.db) as con:
