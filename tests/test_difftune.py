@@ -1,5 +1,6 @@
 """DiffTune steps end to end on the sample, idempotence, and resumable simulations."""
 
+import collections
 import dataclasses
 import json
 import pickle
@@ -9,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import dagster as dg
@@ -428,6 +430,17 @@ def test_materialise_the_whole_graph_with_the_cli(smoke_run, tmp_path, monkeypat
     assert moved.exit_code == 0 and moved.stdout.startswith("opcode,param,idx,base,value,delta")
 
 
+def test_a_table_learned_under_one_model_is_not_read_back_under_another(simulated):
+    """The direct search has no surrogate whose id would change with the model: its
+    table's id names the default table it starts from, so another model learns again."""
+    direct = override(TINY, {"tuner": "direct"})
+    first = steps.learn(steps.StepContext(simulated.db, simulated.engine, direct), log=lambda *_: None)
+    plain = steps.StepContext(simulated.db, simulated.engine, override(direct, {"model": "llvm-mca"}))
+    other = steps.learn(plain, log=lambda *_: None)
+    assert not other.reused and other.table_id != first.table_id
+    assert tables.load_table(simulated.db, other.table_id).model == "llvm-mca"
+
+
 @pytest.mark.slow
 def test_a_tuning_change_reuses_the_surrogate_and_relearns(simulated):
     ctx = simulated
@@ -523,6 +536,52 @@ def test_the_anchored_gradient_trusts_the_surrogate_for_differences_only(simulat
     kept = [h["train_mape"] for h in moved if h["kept"]]
     assert kept == sorted(kept, reverse=True) and len(set(kept)) == len(kept)  # each kept round lowers train
     assert all(h["val_mape"] is None for h in moved if not h["kept"])
+
+
+def test_the_gradient_moves_a_placeholder_as_far_as_a_small_value(simulated):
+    """The tuning's variables are log_scale units: from a 100-cycle placeholder (Zen+'s
+    microcoded rows) a round moves as far as the trust region lets it, not lr cycles."""
+    from difftune_pipeline.tuners.gradient import TuneConfig, tune
+
+    problem = _gradient_problem(simulated)
+    view, n = problem.surrogate, len(problem.blocks)
+    users = collections.Counter(k for b in problem.blocks for k in dict.fromkeys(b.row_keys))
+    key = max(
+        (k for k in view.space.keys if problem.default.rows[k]["latency"] and problem.default.rows[k]["uops"]),
+        key=lambda k: (users[k], k),
+    )
+    slow = {**problem.default.rows[key], "latency": [100] * len(problem.default.rows[key]["latency"])}
+    start = dataclasses.replace(problem.default, rows={**problem.default.rows, key: slow})
+    config = TuneConfig(steps=12, validate_every=3, lr=0.5, trust=0.5, refit_steps=0)
+    args = (n, view.space, start, problem.measured, problem.score, config)
+    best, history = tune(view.predict, *args, log=lambda *_: None, simulate=problem.train_cycles)
+    rounds = sum(1 for h in history if h.get("kept"))
+    latency = best.rows[key]["latency"][0]
+    # each kept round moves at most ``trust`` units; lr 0.5 cycles a step would have left it above 94
+    assert 2 ** (np.log2(101) - 0.5 * rounds) - 2 <= latency <= 60
+
+
+def test_rows_in_one_train_block_move_with_their_siblings(simulated):
+    """Widths of one opcode that each have a single train block are tied, as the search
+    ties them: the gradient gives them one value, and pruning then finds them agreeing."""
+    from difftune_pipeline.engine.table import canonical_row
+    from difftune_pipeline.tuners.base import sibling_groups
+    from difftune_pipeline.tuners.gradient import TuneConfig, tied_rows, tune
+
+    problem = _gradient_problem(simulated)
+    view, default = problem.surrogate, problem.default
+    groups = collections.defaultdict(list)
+    for key, group in sibling_groups(view.space.keys, default, problem.engine.sched_classes).items():
+        groups[group].append(key)
+    siblings = next(keys for keys in groups.values() if len(keys) > 1)
+    other = next(k for k in view.space.keys if k not in siblings)
+    one_each = [types.SimpleNamespace(row_keys=[k]) for k in siblings] + [types.SimpleNamespace(row_keys=[other])] * 2
+    tied = tied_rows(view.space, dataclasses.replace(problem, blocks=one_each))
+    assert tied == [[view.space.index[k] for k in siblings]]
+    config = TuneConfig(steps=12, validate_every=3, lr=0.5, refit_steps=0)
+    args = (len(problem.blocks), view.space, default, problem.measured, problem.score, config)
+    best, _ = tune(view.predict, *args, log=lambda *_: None, simulate=problem.train_cycles, tied=tied)
+    assert len({repr(canonical_row(best.rows[k])) for k in siblings}) == 1
 
 
 def test_refitting_makes_the_surrogate_closer_to_the_engine_where_it_went(simulated):

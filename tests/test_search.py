@@ -1,10 +1,13 @@
 """Direct search on the engine: valid moves, moves in the direction of the
 error, a budget that holds, train error that only falls, val selection."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from difftune_pipeline.engine import InvalidTable, ParamTable
+from difftune_pipeline.tuners.base import borrowed_units
 from difftune_pipeline.tuners.direct import search
 from difftune_pipeline.tuners.moves import gradient_proposer, moves
 from difftune_pipeline.tuners.search import Search, SearchConfig
@@ -91,6 +94,28 @@ def test_a_uop_and_its_port_move_together():
     grad = {"POP": np.array([0.0, 0.3, 0.3, -0.1])}  # the gain of a pair is the sum of its columns'
     proposed = gradient_proposer(grad, columns, top=1)("POP", llvm)
     assert [(c, d) for c, d, _ in proposed] == [("uops,port:HWPort0156", -1)]
+
+
+def test_a_register_division_may_take_the_divider_its_memory_form_lists(haswell):
+    """LLVM's Haswell lists the divider for DIV64m, not DIV64r: one move gives DIV64r the
+    divider's cycles, halving and doubling move them after, and the engine then makes a
+    division wait for the divider the last one holds."""
+    default = haswell.default_table()
+    units = borrowed_units(["DIV64r", "DIV64m", "ADD64rr"], default, haswell.resources())
+    assert units == {"DIV64r": {"HWDivider": 10}, "DIV64m": {"HWDivider": 10}}  # no unit outside the ports for ADD
+    found = {(c, d): r for c, d, r in moves(default.rows["DIV64r"], True, units["DIV64r"])}
+    taken = found[("port:HWDivider", 10)]
+    assert taken["ports"]["HWDivider"] == 10 and ("port:HWDivider", 10) not in {(c, d) for c, d, _ in moves(taken)}
+    steps = {(c, d) for c, d, _ in moves(taken, True, units["DIV64r"])}
+    assert {("port:HWDivider", 10), ("port:HWDivider", -5)} <= steps
+    assert ("port:HWDivider", 10) not in {(c, d) for c, d, _ in moves(taken, False, units["DIV64r"])}
+    block = haswell.parse_asm("movq %rsi, %rax\nxorl %edx, %edx\ndivq %rcx")  # no chain: the divider's throughput
+    fast = {**default.rows["DIV64r"], "latency": [40]}
+    cycles = [
+        haswell.simulate([block], dataclasses.replace(default, rows={**default.rows, "DIV64r": row})).steady[0]
+        for row in (fast, {**fast, "ports": {**fast["ports"], "HWDivider": 21}})
+    ]
+    assert cycles[0] < 2100 <= cycles[1]
 
 
 def test_rows_in_too_few_blocks_are_searched_with_their_siblings_as_one(haswell):

@@ -104,9 +104,15 @@ def _read_only_mount() -> str:
     folder = Path(tempfile.mkdtemp(prefix="difftune-ro-"))
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], capture_output=True)
     if mounted.returncode != 0:
+        folder.rmdir()
         return "/sys/fs"
-    atexit.register(subprocess.run, ["umount", str(folder)], capture_output=True)
+    atexit.register(_unmount, folder)
     return str(folder)
+
+
+def _unmount(folder: Path) -> None:
+    if subprocess.run(["umount", str(folder)], capture_output=True).returncode == 0:
+        folder.rmdir()
 
 
 @pytest.fixture

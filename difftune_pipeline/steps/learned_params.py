@@ -27,8 +27,8 @@ def learn(ctx: StepContext, log=print) -> Learned:
     needs_surrogate = any(t.needs_surrogate for t in tuners)
     surrogate_run = latest_surrogate(ctx) if needs_surrogate else None
     run_id = surrogate_run and surrogate_run["run_id"]
-    table_id = _learned_id(ctx, tuners, run_id)
     default_id, default = ctx.default_table()
+    table_id = _learned_id(ctx, tuners, run_id, default_id)
     if tables.table_exists(ctx.db, table_id):
         stored = json.loads(tables.table_note(ctx.db, table_id) or "{}").get("val_mape")
         figures = stored or _val_figures(ctx, default, tables.load_table(ctx.db, table_id))
@@ -96,14 +96,17 @@ def learn(ctx: StepContext, log=print) -> Learned:
     )
 
 
-def _learned_id(ctx: StepContext, tuners: list[Tuner], surrogate_run_id: str | None) -> str:
-    """What the learned table depends on: the tune and search settings in their own
-    slots (None when unused), then any other tuner's. A new setting of a tuner
-    changes the ids of its tables, which are then learned again."""
+def _learned_id(ctx: StepContext, tuners: list[Tuner], surrogate_run_id: str | None, default_id: str) -> str:
+    """What the learned table depends on: the start (LLVM's table under the chosen
+    model, whose id changes with the engine's model: a tuner without a surrogate
+    has nothing else that does), the tune and search settings in their own slots
+    (None when unused), then any other tuner's. A new setting of a tuner changes
+    the ids of its tables, which are then learned again."""
     configs = {t.stage: t.config for t in tuners}
     return f"learned-{ctx.uarch}-" + fingerprint(
         CODE_VERSIONS["learned_params"],
         surrogate_run_id,
+        default_id,
         ingestion.measurement_totals(ctx.db, ctx.uarch),
         ctx.settings.tuner,
         ctx.settings.measure,

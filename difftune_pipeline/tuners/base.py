@@ -190,6 +190,30 @@ def stem(key: str) -> str:
     return re.sub(r"^(CMPS|MOVS|SCAS|STOS|LODS|INS|OUTS)[BWLQ]$", r"\1", name)
 
 
+def mnemonic(key: str) -> str:
+    """An opcode's mnemonic apart from its width and operand form (``DIV64r`` and
+    ``DIV32m_EVEX``: ``DIV``; ``VDIVSDrr_Int``: ``VDIVSD``)."""
+    return re.sub(r"(8|16|32|64)?[rmi][a-z0-9]*(_[A-Za-z0-9]+)?(#\d+)?$", "", key)
+
+
+def borrowed_units(keys, default: ParamTable, resources: list[dict]) -> dict[str, dict[str, int]]:
+    """Per row key, the functional units outside the ports (a single-unit resource no
+    group contains: the dividers, Zen's multiplier) that the other forms of its
+    mnemonic list in ``default``, with the most cycles one of them gives. LLVM's
+    Haswell and Skylake models leave the divider out of the register forms of
+    integer division (``DIV64r``) while the memory forms (``DIV64m``) list it, so
+    there one division never waits for the divider the last one holds."""
+    grouped = {m for r in resources for m in r["members"]}
+    units = {r["name"] for r in resources if not r["is_group"] and r["name"] not in grouped}
+    family: dict[str, dict[str, int]] = {}
+    for key, row in default.rows.items():
+        for res, cycles in row["ports"].items():
+            if res in units and cycles > 0:
+                got = family.setdefault(mnemonic(key), {})
+                got[res] = max(got.get(res, 0), cycles)
+    return {k: family[mnemonic(k)] for k in keys if mnemonic(k) in family}
+
+
 def sibling_groups(keys: list[str], default: ParamTable, classes) -> dict[str, tuple]:
     """Each row key's group of siblings: rows of one LLVM scheduling class
     (``classes``: ``Engine.sched_classes``), one ``stem`` and the same LLVM values."""

@@ -13,7 +13,7 @@ import numpy as np
 from difftune_pipeline.engine import Engine, ParamTable
 from difftune_pipeline.tuners.base import Problem
 from difftune_pipeline.tuners.gradient import gradient
-from difftune_pipeline.tuners.moves import Proposer, gradient_proposer, moves
+from difftune_pipeline.tuners.moves import Proposer, gradient_proposer
 from difftune_pipeline.tuners.screen import SurrogateScreen
 from difftune_pipeline.tuners.search import Search, SearchConfig
 
@@ -26,14 +26,14 @@ def search(
     score: Callable[[ParamTable], float],
     config: SearchConfig,
     start: ParamTable | None = None,
-    proposer: Callable[[ParamTable], Proposer] | None = None,
+    proposer: Callable[[Search], Proposer] | None = None,
     log=print,
     measure: str = "steady",
     screen: SurrogateScreen | None = None,
 ) -> tuple[ParamTable, list[dict]]:
     """Coordinate search from ``start`` (default: ``default``); returns the table
     best on ``score`` (engine MAPE on val) among the start and each round's end.
-    ``proposer(current table)``, called each round, chooses the moves to try;
+    ``proposer(the search's state)``, called each round, chooses the moves to try;
     ``screen``, the surrogate, which of them the engine simulates."""
     t0 = time.perf_counter()
     state = Search(engine, blocks, measured, default, config, start, measure, screen)
@@ -53,7 +53,7 @@ def search(
     for round_ in range(1, config.rounds + 1):
         accepted = state.improve_globals()
         mass = {k: state.error[idx].sum() for k, idx in state.index.items()}
-        propose = proposer(state.full_table()) if proposer else None
+        propose = proposer(state) if proposer else None
         for key in sorted(mass, key=mass.get, reverse=True):
             if state.spent >= config.budget:
                 break
@@ -106,13 +106,13 @@ class DirectSearch:
         proposer, screen = None, None
         if self.proposals == "ranked":
             screen = SurrogateScreen(problem.surrogate, self.screen)
-            proposer = lambda table: lambda key, row: moves(row, self.config.halving)  # noqa: E731
+            proposer = lambda state: state.moves  # noqa: E731
         elif self.proposals == "surrogate":
             view = problem.surrogate
 
-            def proposer(table: ParamTable) -> Proposer:
-                grad = gradient(view.predict, len(problem.blocks), view.space, table, problem.measured)
-                return gradient_proposer(grad, view.space.columns, halving=self.config.halving)
+            def proposer(state: Search) -> Proposer:
+                grad = gradient(view.predict, len(problem.blocks), view.space, state.full_table(), problem.measured)
+                return gradient_proposer(grad, view.space.columns, candidates=state.moves)
 
         return search(
             problem.engine,

@@ -1,9 +1,11 @@
 """The surrogate tuner: learning the parameter table through the surrogate (DiffTune §4).
 
-The table is a learnable tensor, kept non-negative; the loss is MAPE against
+The table is a learnable tensor in ``log_scale`` units (``log2(1 + v)``, v ≥ 0),
+so a step moves a 100-cycle placeholder and a one-cycle latency alike, as the
+trust region and the prior measure moves; the loss is MAPE against
 measured throughputs of the train blocks (plus, with ``prior``, the search's
 price of each ``log_scale`` unit away from the default table, per train block);
-Adam with lr 0.05.
+Adam with lr 0.05 (units per step).
 
 With ``anchored`` (the default) the surrogate is trusted for differences, not
 levels: each block is predicted as ``engine(θₖ) + surrogate(θ) − surrogate(θₖ)``,
@@ -20,6 +22,7 @@ Either way the table with the best engine MAPE on val wins.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
@@ -30,7 +33,14 @@ import torch
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.surrogates import Predict, mape_loss, relative_error
-from difftune_pipeline.tuners.base import FAILED_ERROR, Problem, check_prior, log_scale, predict_batched
+from difftune_pipeline.tuners.base import (
+    FAILED_ERROR,
+    Problem,
+    check_prior,
+    log_scale,
+    predict_batched,
+    sibling_groups,
+)
 from difftune_pipeline.tuners.fidelity import fidelity_near
 
 
@@ -69,6 +79,7 @@ def tune(
     reference: ParamTable | None = None,
     simulate: Callable[[ParamTable], np.ndarray] | None = None,
     model: torch.nn.Module | None = None,
+    tied: list[list[int]] = (),
 ) -> tuple[ParamTable, list[dict]]:
     """Optimise the table through ``predict(matrix, globals, block indices)`` (a
     differentiable surrogate) against ``measured`` train throughputs, and
@@ -76,7 +87,8 @@ def tune(
     ``simulate`` (the engine's train cycles under a table, NaN where refused) is
     needed when ``config.anchored``; with ``model`` (the module behind
     ``predict``) and ``config.refit_steps``, the surrogate is refitted in place
-    to the engine's cycles at every table the engine simulated. Returns the
+    to the engine's cycles at every table the engine simulated. The rows of each
+    group in ``tied`` (indices in ``space``) move as one. Returns the
     table with the best ``score`` (engine MAPE on val) among the start table and
     the tables extracted along the optimisation, and the history."""
     if config.anchored and simulate is None:
@@ -84,7 +96,7 @@ def tune(
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     truth = torch.tensor(measured, dtype=torch.float32)
-    prior_anchor = torch.tensor(log_scale(space.encode(reference or start)[0]))
+    prior_anchor = torch.tensor(log_scale(np.abs(space.encode(reference or start)[0])))
     best_score = score(start)
     best, history = start, [{"step": 0, "surrogate_mape": None, "val_mape": best_score}]
     log(f"tune: start ({config.start}) val MAPE {100 * best_score:.2f}%")
@@ -99,19 +111,19 @@ def tune(
     bounds = _trust_region(space, confirmed, config.trust) if config.anchored else None
     for step in range(1, config.steps + 1):
         idx = torch.tensor(rng.choice(n_blocks, size=min(config.batch_blocks, n_blocks), replace=False))
-        loss = mape_loss(predict(theta.abs(), gvec.abs(), idx) + offset[idx], truth[idx])
-        # log_scale of the non-negative table, in torch so that the gradient flows
-        objective = loss + config.prior / n_blocks * (torch.log2(1 + theta.abs()) - prior_anchor).abs().sum()
+        loss = mape_loss(predict(_values(theta), _values(gvec), idx) + offset[idx], truth[idx])
+        objective = loss + config.prior / n_blocks * (theta - prior_anchor).abs().sum()
         optimizer.zero_grad()
         objective.backward()
         optimizer.step()
-        if bounds:
-            with torch.no_grad():
-                for tensor, (low, high) in zip((theta, gvec), bounds):
-                    tensor.copy_(torch.minimum(torch.maximum(tensor, low), high))
+        with torch.no_grad():
+            for tensor, (low, high) in zip((theta, gvec), bounds or [(0.0, None)] * 2):
+                tensor.clamp_(low, high)
+            for rows in tied:
+                theta[rows] = theta[rows].mean(0)
         if step % config.validate_every and step != config.steps:
             continue
-        candidate = space.decode(theta.detach().numpy(), gvec.detach().numpy(), start)
+        candidate = space.decode(_values(theta).detach().numpy(), _values(gvec).detach().numpy(), start)
         entry = {"step": step, "surrogate_mape": loss.item()}
         if config.anchored:
             if _same(space, candidate, confirmed):  # no integer moved yet: the round goes on
@@ -188,19 +200,25 @@ def _refit(model: torch.nn.Module, predict, visited: list, config: TuneConfig, r
         p.requires_grad_(False)
 
 
+def _units(space: ParamSpace, table: ParamTable) -> list[torch.Tensor]:
+    """The table's parameters and globals in ``log_scale`` units (the tuning's variables)."""
+    return [torch.tensor(log_scale(np.abs(a))) for a in space.encode(table)]
+
+
+def _values(units: torch.Tensor) -> torch.Tensor:
+    """The table's values from their ``log_scale`` units, differentiably."""
+    return torch.exp2(units) - 1
+
+
 def _start(space: ParamSpace, table: ParamTable, lr: float):
     """The table's tensors and a fresh optimiser over them."""
-    theta, gvec = (torch.tensor(a, requires_grad=True) for a in space.encode(table))
+    theta, gvec = (u.requires_grad_(True) for u in _units(space, table))
     return theta, gvec, torch.optim.Adam([theta, gvec], lr=lr)
 
 
 def _trust_region(space: ParamSpace, table: ParamTable, trust: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Bounds of the table's parameters and globals, ``trust`` log_scale units either side of ``table``."""
-    bounds = []
-    for values in space.encode(table):
-        scale = torch.log2(1 + torch.tensor(values).abs())
-        bounds.append((torch.clamp(2 ** (scale - trust) - 1, min=0), 2 ** (scale + trust) - 1))
-    return bounds
+    return [(torch.clamp(u - trust, min=0), u + trust) for u in _units(space, table)]
 
 
 def _same(space: ParamSpace, a: ParamTable, b: ParamTable) -> bool:
@@ -222,6 +240,18 @@ def gradient(
         loss.backward()
     grad = theta.grad.numpy()
     return {key: grad[i] for i, key in enumerate(space.keys) if np.any(grad[i])}
+
+
+def tied_rows(space: ParamSpace, problem: Problem) -> list[list[int]]:
+    """Rows in a single train block, grouped with their siblings (``tuners.base.sibling_groups``):
+    each group moves as one, as the search moves such rows, so that what one block
+    says about an opcode is said of its widths too, and pruning finds them agreeing."""
+    users = Counter(k for block in problem.blocks for k in dict.fromkeys(block.row_keys))
+    rare = [k for k in space.keys if users[k] == 1 and k in problem.default.rows]
+    groups: dict[tuple, list[int]] = {}
+    for key, group in sibling_groups(rare, problem.default, problem.engine.sched_classes).items():
+        groups.setdefault(group, []).append(space.index[key])
+    return [rows for rows in groups.values() if len(rows) > 1]
 
 
 class SurrogateTuner:
@@ -250,6 +280,7 @@ class SurrogateTuner:
             reference=problem.default,
             simulate=problem.train_cycles,
             model=problem.surrogate.model,
+            tied=tied_rows(space, problem),
         )
         if problem.surrogate.val_predict is not None and len(problem.val_blocks):
             near = fidelity_near(problem, best, self.config.trust, seed=self.config.seed)

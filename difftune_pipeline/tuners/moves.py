@@ -15,10 +15,13 @@ from difftune_pipeline.tuners.base import log_scale
 Proposer = Callable[[str, dict], list]
 
 
-def moves(row: dict, halving: bool = False) -> list[tuple[str, int, dict]]:
+def moves(row: dict, halving: bool = False, units: dict[str, int] | None = None) -> list[tuple[str, int, dict]]:
     """Unit steps from ``row`` (and, with ``halving``, halving any value >= 4):
     (columns of ``ParamSpace.columns``, comma-separated, step, new row) over the
-    resources the row lists. A µop and its resource's cycles also move together:
+    resources the row lists. ``units``: the functional units the row's other forms
+    use (``base.borrowed_units``), with their cycles: one move gives the row a unit
+    it does not list those cycles, and with ``halving`` a unit it lists at 4 or more
+    may double, the way a halving goes down. A µop and its resource's cycles also move together:
     one at a time, a row can be stuck where neither alone helps (a pop reduced to
     one load µop needs both fewer µops and no ALU cycle). Giving cycles to a
     listed resource at 0 that partially overlaps one in use is refused by the
@@ -39,8 +42,13 @@ def moves(row: dict, halving: bool = False) -> list[tuple[str, int, dict]]:
             ra = [list(e) for e in row["read_advance"]]
             ra[i] = [use, write, cycles + d]
             out.append((f"read_advance[{use}]", d, {**row, "read_advance": ra}))
+    units = units or {}
+    for res, cycles in units.items():
+        if not row["ports"].get(res):
+            out.append((f"port:{res}", cycles, {**row, "ports": {**row["ports"], res: cycles}}))
     for res, cycles in row["ports"].items():
-        for d in [-1, 1] + half(cycles):
+        double = [cycles] if halving and res in units and cycles >= 4 else []
+        for d in [-1, 1] + half(cycles) + double:
             if cycles + d >= 0:
                 out.append((f"port:{res}", d, {**row, "ports": {**row["ports"], res: cycles + d}}))
         for d in (-1, 1):  # a whole µop on that resource: µops and its cycles together
@@ -67,10 +75,13 @@ def distance(row: dict, reference: dict) -> float:
     return float(np.abs(log_scale(mine) - log_scale(theirs)).sum())
 
 
-def gradient_proposer(grad: dict[str, np.ndarray], columns: list[str], top: int = 3, halving: bool = False):
+def gradient_proposer(
+    grad: dict[str, np.ndarray], columns: list[str], top: int = 3, candidates: Proposer | None = None
+):
     """Moves ranked by the gain a surrogate's gradient predicts (``-grad · step``),
-    the ``top`` best with a positive predicted gain: the surrogate proposes, the
-    engine decides."""
+    the ``top`` best with a positive predicted gain among ``candidates(key, row)``
+    (default: ``moves``): the surrogate proposes, the engine decides."""
+    candidates = candidates or (lambda key, row: moves(row))
     col = {c: i for i, c in enumerate(columns)}
 
     def propose(key: str, row: dict) -> list[tuple[str, int, dict]]:
@@ -79,7 +90,7 @@ def gradient_proposer(grad: dict[str, np.ndarray], columns: list[str], top: int 
             return []
         scored = [
             (-sum(g[col[p]] for p in c.split(",")) * d, c, d, r)
-            for c, d, r in moves(row, halving)
+            for c, d, r in candidates(key, row)
             if all(p in col for p in c.split(","))
         ]
         return [(c, d, r) for gain, c, d, r in sorted(scored, key=lambda x: -x[0])[:top] if gain > 0]

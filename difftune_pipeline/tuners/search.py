@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from difftune_pipeline.engine import LIMITS, Engine, ParamTable, mechanisms
-from difftune_pipeline.tuners.base import FAILED_ERROR, check_prior, log_scale, sibling_groups
+from difftune_pipeline.tuners.base import FAILED_ERROR, borrowed_units, check_prior, log_scale, sibling_groups
 from difftune_pipeline.tuners.moves import Proposer, distance, moves
 from difftune_pipeline.tuners.screen import SurrogateScreen
 
@@ -96,6 +96,7 @@ class Search:
                     self.members[keys[0]] = keys
                     index[keys[0]] = sorted({b for k in keys for b in index[k]})
         self.index = {k: np.array(index[k]) for k in self.members}
+        self.units = borrowed_units(self.members, default, engine.resources())
         self.signed = self._errors(np.arange(len(blocks)), [self.table()])[0]  # (pred - truth) / truth
 
     def _rows(self, key: str, row: dict) -> dict:
@@ -147,9 +148,13 @@ class Search:
         too_slow = self.signed[self.index[key]].mean() > 0
         return [
             (c, d, r)
-            for c, d, r in moves(row, self.config.halving)
+            for c, d, r in self.moves(key, row)
             if ((d > 0) if c.startswith("read_advance") else (d < 0)) == too_slow
         ]
+
+    def moves(self, key: str, row: dict) -> list[tuple[str, int, dict]]:
+        """Every move of the row, both ways, its forms' functional units included (``tuners.moves``)."""
+        return moves(row, self.config.halving, self.units.get(key))
 
     def improve_row(self, key: str, propose: Proposer | None = None) -> list[str]:
         """Greedy moves on one row while they lower the train error; returns the accepted labels."""
