@@ -80,8 +80,28 @@ def main() -> None:
     frame = pl.DataFrame(rows)
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=250, tbl_hide_dataframe_shape=True, fmt_str_lengths=90):
         print(frame)
+    _against_direct(rows)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"tuner_comparison-{args.mcpu}-{args.profile}.json").write_text(json.dumps(rows, indent=1))
+
+
+def _against_direct(rows: list[dict]) -> None:
+    """The issue's two ratios: what the gradient alone gains beside the direct search
+    alone, and by how much each composition beats it on test, with what share of its simulations."""
+    by = {r["tuner"]: r for r in rows}
+    base, direct, gradient = by[rows[0]["tuner"]], by.get(ROWS["direct"]), by.get(ROWS["surrogate"])
+    if direct is None:
+        return
+    for split in ("val", "test") if gradient else ():
+        gained, searched = (base[f"{split}_pct"] - r[f"{split}_pct"] for r in (gradient, direct))
+        share = f"{100 * gained / searched:.0f}% of the direct search's {searched:.2f}"
+        print(f"the gradient alone gains {gained:.2f} points of {split}, {share}")
+    for r in rows:
+        if r["tuner"].startswith("the pipeline's composition"):
+            print(
+                f"{r['tuner']}: {direct['test_pct'] - r['test_pct']:+.2f} points of test better than the direct search "
+                f"alone, with {r['tuning_simulations'] / direct['tuning_simulations']:.2f} times its simulations"
+            )
 
 
 def _row(name: str, ctx: steps.StepContext, table, costs: dict) -> dict:

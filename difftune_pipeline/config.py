@@ -77,6 +77,9 @@ PROFILES: dict[str, dict[str, Any]] = {
         "blocks_per_table": 3000,
         "lstm.epochs": 12,
         "tune.steps": 400,
+        # log_scale units a step: Zen+'s 100-cycle placeholders need it (val 4.41% against 17.84%
+        # with the sample's 0.02; docs/results.md, "The surrogate's gradient carries learning")
+        "tune.lr": 0.05,
         # the gradient's rounds inside half a log_scale unit of the engine's last table: on
         # Haswell's val 7.54% against 8.32% with 1.0 (docs/results.md, "The surrogate's worth")
         "tune.trust": 0.5,

@@ -5,7 +5,7 @@ so a step moves a 100-cycle placeholder and a one-cycle latency alike, as the
 trust region and the prior measure moves; the loss is MAPE against
 measured throughputs of the train blocks (plus, with ``prior``, the search's
 price of each ``log_scale`` unit away from the default table, per train block);
-Adam with lr 0.05 (units per step).
+Adam, ``lr`` units a step.
 
 With ``anchored`` (the default) the surrogate is trusted for differences, not
 levels: each block is predicted as ``engine(θₖ) + surrogate(θ) − surrogate(θₖ)``,
@@ -48,7 +48,7 @@ from difftune_pipeline.tuners.fidelity import fidelity_near
 class TuneConfig:
     start: str = "default"  # default | random (DiffTune started from a random table)
     steps: int = 300
-    lr: float = 0.05
+    lr: float = 0.02  # log_scale units a step; the full profile's 0.05 (docs/model.md, "The tuners")
     batch_blocks: int = 256
     validate_every: int = 25
     prior: float = 0.0  # summed train error a log_scale unit away from the default costs (as search.prior)
