@@ -573,15 +573,24 @@ def test_rows_in_one_train_block_move_with_their_siblings(simulated):
     groups = collections.defaultdict(list)
     for key, group in sibling_groups(view.space.keys, default, problem.engine.sched_classes).items():
         groups[group].append(key)
-    siblings = next(keys for keys in groups.values() if len(keys) > 1)
+    users = collections.Counter(k for b in problem.blocks for k in dict.fromkeys(b.row_keys))
+    siblings = max(
+        (keys for keys in groups.values() if len(keys) > 1 and default.rows[keys[0]]["latency"]),
+        key=lambda keys: (sum(users[k] for k in keys), keys),
+    )
     other = next(k for k in view.space.keys if k not in siblings)
     one_each = [types.SimpleNamespace(row_keys=[k]) for k in siblings] + [types.SimpleNamespace(row_keys=[other])] * 2
     tied = tied_rows(view.space, dataclasses.replace(problem, blocks=one_each))
     assert tied == [[view.space.index[k] for k in siblings]]
+    # the siblings start far off (100 cycles), so that the tuning moves them
+    slow = {k: {**default.rows[k], "latency": [100] * len(default.rows[k]["latency"])} for k in siblings}
+    start = dataclasses.replace(default, rows={**default.rows, **slow})
+    on_train = lambda t: float(np.nanmean(np.abs(problem.train_cycles(t) - problem.measured) / problem.measured))  # noqa: E731
     config = TuneConfig(steps=12, validate_every=3, lr=0.5, refit_steps=0)
-    args = (len(problem.blocks), view.space, default, problem.measured, problem.score, config)
+    args = (len(problem.blocks), view.space, start, problem.measured, on_train, config)
     best, _ = tune(view.predict, *args, log=lambda *_: None, simulate=problem.train_cycles, tied=tied)
     assert len({repr(canonical_row(best.rows[k])) for k in siblings}) == 1
+    assert best.rows[siblings[0]]["latency"][0] < 100  # they moved, as one
 
 
 def test_refitting_makes_the_surrogate_closer_to_the_engine_where_it_went(simulated):

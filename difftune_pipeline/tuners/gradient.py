@@ -96,7 +96,7 @@ def tune(
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     truth = torch.tensor(measured, dtype=torch.float32)
-    prior_anchor = torch.tensor(log_scale(np.abs(space.encode(reference or start)[0])))
+    prior_anchor = _units(space, reference or start)[0]
     best_score = score(start)
     best, history = start, [{"step": 0, "surrogate_mape": None, "val_mape": best_score}]
     log(f"tune: start ({config.start}) val MAPE {100 * best_score:.2f}%")
