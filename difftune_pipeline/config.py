@@ -78,10 +78,10 @@ PROFILES: dict[str, dict[str, Any]] = {
         "lstm.epochs": 12,
         "tune.steps": 400,
         # log_scale units a step: Zen+'s 100-cycle placeholders need it (val 4.41% against 17.84%
-        # with the sample's 0.02; docs/results.md, "The surrogate's gradient carries learning")
+        # with the sample's 0.02; docs/history.md, "The surrogate's gradient carries learning")
         "tune.lr": 0.05,
         # the gradient's rounds inside half a log_scale unit of the engine's last table: on
-        # Haswell's val 7.54% against 8.32% with 1.0 (docs/results.md, "The surrogate's worth")
+        # Haswell's val 7.54% against 8.32% with 1.0 (docs/history.md, "The surrogate's worth")
         "tune.trust": 0.5,
         "search.budget": 192_000,
         # the search may halve a value (the prior, 0.5 everywhere, counts a halving as
@@ -91,7 +91,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "search.siblings": True,
         # the gradient, then the search whose moves the surrogate ranks: on val as good
         # as the direct search from LLVM's table run again four times, or better, with
-        # a quarter to a half of its simulations (docs/results.md, "The surrogate's worth")
+        # a quarter to a half of its simulations (docs/history.md, "The surrogate's worth")
         "tuner": "ranked",
     },
 }

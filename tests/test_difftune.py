@@ -594,25 +594,44 @@ def test_rows_in_one_train_block_move_with_their_siblings(simulated):
 
 
 def test_refitting_makes_the_surrogate_closer_to_the_engine_where_it_went(simulated):
-    from difftune_pipeline.tuners.gradient import TuneConfig, _fidelity, _refit, _visit
+    from difftune_pipeline.tuners.active_learning import fidelity, refit, visit
 
     problem = _gradient_problem(simulated)
     view = problem.surrogate
     worse = view.space.decode(*[a * 2 + 1 for a in view.space.encode(problem.default)], problem.default)
-    visited = [_visit(view.space, t, problem.train_cycles) for t in (problem.default, worse)]
-    before = [_fidelity(view.predict, *v) for v in visited]
-    _refit(view.model, view.predict, visited, TuneConfig(refit_steps=200, refit_lr=0.01), np.random.default_rng(0))
-    after = [_fidelity(view.predict, *v) for v in visited]
+    visited = [visit(view.space, t, problem.train_cycles) for t in (problem.default, worse)]
+    before = [fidelity(view.predict, *v) for v in visited]
+    refit(view.model, view.predict, visited, 200, 0.01, 256, np.random.default_rng(0))
+    after = [fidelity(view.predict, *v) for v in visited]
     assert sum(after) < sum(before)
     assert not any(p.requires_grad for p in view.model.parameters())  # frozen again for tuning
 
 
+def test_refitting_on_tables_drawn_around_a_table_teaches_the_surrogate_the_others_there(simulated):
+    """Active learning: after a refit on tables drawn around LLVM's, the surrogate is
+    closer to the engine at other tables drawn there, which it never saw."""
+    from difftune_pipeline.tuners.active_learning import around, fidelity, refit
+
+    problem = _gradient_problem(simulated)
+    view, n = problem.surrogate, len(problem.blocks)
+    draw = lambda k, seed: around(  # noqa: E731
+        view.space, problem.default, problem.train_cycles, 0.5, k, n, n, np.random.default_rng(seed)
+    )
+    unseen = draw(3, 1)
+    before = [fidelity(view.predict, *v) for v in unseen]
+    refit(view.model, view.predict, draw(6, 2), 200, 0.01, 256, np.random.default_rng(0))
+    after = [fidelity(view.predict, *v) for v in unseen]
+    assert sum(after) < sum(before)
+
+
 def test_the_tuning_records_the_tables_it_visited_and_the_surrogate_near_its_table(simulated):
-    """The gradient's tables and the ones drawn near its result are simulations
-    like the others (Parquet, read with SQL); its stage says how close the surrogate was there."""
+    """The gradient's tables, the ones drawn around each table it confirmed (on a
+    few train blocks), and the ones drawn near its result are simulations like
+    the others (Parquet, read with SQL); its stage says how close the surrogate was there."""
     from difftune_pipeline.warehouse.user_query import user_query
 
-    chosen = steps.StepContext(simulated.db, simulated.engine, override(TINY, {"tuner": "surrogate"}))
+    settings = override(TINY, {"tuner": "surrogate", "tune.around": 2, "tune.around_blocks": 40})
+    chosen = steps.StepContext(simulated.db, simulated.engine, settings)
     out = steps.learn(chosen, log=lambda *_: None)
     surrogate = next(s for s in out.stages if s["stage"] == "surrogate")
     assert 0 <= surrogate["near_anchored_mape"] < surrogate["near_level_mape"] and surrogate["near_engine_change"] > 0
@@ -625,7 +644,8 @@ def test_the_tuning_records_the_tables_it_visited_and_the_surrogate_near_its_tab
     sizes = [(split, n) for split, _, n in visited]
     assert sizes.count(("val", n_val)) >= 5  # the learned table and four drawn near it, on every val block
     assert ("train", n_train) in sizes  # LLVM's table and each round's, on every train block
-    assert set(sizes) <= {("train", n_train), ("val", n_val)}
+    assert sizes.count(("train", 40)) >= 2  # two drawn around LLVM's table, on 40 train blocks each
+    assert set(sizes) <= {("train", n_train), ("train", 40), ("val", n_val)}
     assert store.query("SELECT count(*) FROM simulation_chunks WHERE shard = 'tuning'", simulated.db).item() == len(
         sizes
     )
@@ -637,7 +657,7 @@ def test_tables_drawn_near_a_table_stay_inside_the_trust_region(simulated):
     problem = _gradient_problem(simulated)
     space, trust = problem.surrogate.space, 0.5
     here, _ = space.encode(problem.default)
-    drawn = [space.encode(t)[0] for t in drawn_tables(problem, problem.default, trust, n=3, share=0.25, seed=0)]
+    drawn = [space.encode(t)[0] for t in drawn_tables(space, problem.default, trust, 3, 0.25, np.random.default_rng(0))]
     low, high = np.floor(2 ** (np.log2(1 + here) - trust) - 1), np.ceil(2 ** (np.log2(1 + here) + trust) - 1)
     for m in drawn:
         assert np.all((m >= low) & (m <= high)) and np.all(m[here == 0] == 0)

@@ -98,12 +98,14 @@ def test_a_uop_and_its_port_move_together():
 
 def test_a_register_division_may_take_the_divider_its_memory_form_lists(haswell):
     """LLVM's Haswell lists the divider for DIV64m, not DIV64r: one move gives DIV64r the
-    divider's cycles, halving and doubling move them after, and the engine then makes a
-    division wait for the divider the last one holds."""
+    divider's cycles (with halving, or twice them), halving and doubling move them after,
+    and the engine then makes a division wait for the divider the last one holds."""
     default = haswell.default_table()
     units = borrowed_units(["DIV64r", "DIV64m", "ADD64rr"], default, haswell.resources())
     assert units == {"DIV64r": {"HWDivider": 10}, "DIV64m": {"HWDivider": 10}}  # no unit outside the ports for ADD
     found = {(c, d): r for c, d, r in moves(default.rows["DIV64r"], True, units["DIV64r"])}
+    assert found[("port:HWDivider", 20)]["ports"]["HWDivider"] == 20
+    assert ("port:HWDivider", 20) not in {(c, d) for c, d, _ in moves(default.rows["DIV64r"], False, units["DIV64r"])}
     taken = found[("port:HWDivider", 10)]
     assert taken["ports"]["HWDivider"] == 10 and ("port:HWDivider", 10) not in {(c, d) for c, d, _ in moves(taken)}
     steps = {(c, d) for c, d, _ in moves(taken, True, units["DIV64r"])}

@@ -31,7 +31,7 @@ CODE_VERSIONS = {
     "sampled_tables": "2",
     "simulations": "2",
     "surrogate": "9",
-    "learned_params": "18",
+    "learned_params": "19",
     "evaluation": "7",
 }
 

@@ -62,22 +62,31 @@ class Problem:
     measure: str = "steady"  # what the engine's cycles are read as (engine.SimResult.predicted)
     val_blocks: list = ()  # the val blocks ``score`` judges on, and their measured cycles per 100 iterations
     val_measured: np.ndarray | None = None
-    # record(table, split, result): keeps the engine's simulations of a table the tuning visited
-    record: Callable[[ParamTable, str, SimResult], None] | None = None
+    # record(table, split, result, positions): keeps the engine's simulations of a
+    # table the tuning visited (of the split's blocks at ``positions``; None: all)
+    record: Callable[[ParamTable, str, SimResult, np.ndarray | None], None] | None = None
 
-    def train_cycles(self, table: ParamTable) -> np.ndarray:
+    def train_cycles(self, table: ParamTable, positions: np.ndarray | None = None) -> np.ndarray:
         """The engine's cycles per 100 iterations of each train block under ``table``
-        (NaN where it refuses one), fast-forwarded as the search's train simulations are."""
-        return self.cycles(table, "train")
+        (NaN where it refuses one), fast-forwarded as the search's train simulations are;
+        with ``positions``, of those train blocks only (NaN at the others)."""
+        return self.cycles(table, "train", positions)
 
-    def cycles(self, table: ParamTable, split: str) -> np.ndarray:
-        """The engine's cycles of the train or val blocks under ``table`` (NaN where it
-        refuses one; train blocks fast-forwarded in steady state), recorded when ``record`` is given."""
+    def cycles(self, table: ParamTable, split: str, positions: np.ndarray | None = None) -> np.ndarray:
+        """The engine's cycles of the train or val blocks (those at ``positions``, NaN
+        elsewhere) under ``table`` (NaN where it refuses one; train blocks fast-forwarded
+        in steady state), recorded when ``record`` is given."""
         blocks = self.blocks if split == "train" else self.val_blocks
-        result = self.engine.simulate(blocks, table, fast_forward=split == "train" and self.measure == "steady")
+        chosen = blocks if positions is None else [blocks[i] for i in positions]
+        result = self.engine.simulate(chosen, table, fast_forward=split == "train" and self.measure == "steady")
         if self.record:
-            self.record(table, split, result)
-        return result.predicted_or_nan(self.measure)
+            self.record(table, split, result, positions)
+        cycles = result.predicted_or_nan(self.measure)
+        if positions is None:
+            return cycles
+        out = np.full(len(blocks), np.nan)
+        out[positions] = cycles
+        return out
 
 
 def predict_batched(predict: Predict, matrix, globals_, idx, batch: int = 512) -> torch.Tensor:

@@ -13,14 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from difftune_pipeline.engine import ParamTable
+from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.tuners.base import Problem, predict_batched
 
 
-def drawn_tables(problem: Problem, table: ParamTable, trust: float, n: int, share: float, seed: int):
+def drawn_tables(space: ParamSpace, table: ParamTable, trust: float, n: int, share: float, rng: np.random.Generator):
     """``n`` tables inside the trust region around ``table``."""
-    space = problem.surrogate.space
     matrix, globals_ = space.encode(table)
-    rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
         rows = rng.random(matrix.shape[0]) < share
@@ -36,7 +35,7 @@ def fidelity_near(
     """The three MAPEs (module docstring) over the val blocks the engine simulates under every drawn table."""
     view = problem.surrogate
     at_table = problem.cycles(table, "val")
-    drawn = drawn_tables(problem, table, trust, n, share, seed)
+    drawn = drawn_tables(view.space, table, trust, n, share, np.random.default_rng(seed))
     engine = np.array([problem.cycles(t, "val") for t in drawn])
     ok = ~np.isnan(engine).any(axis=0) & ~np.isnan(at_table)
     idx = np.flatnonzero(ok)

@@ -33,6 +33,8 @@ import torch
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.surrogates import Predict, mape_loss, relative_error
+from difftune_pipeline.tuners import active_learning
+from difftune_pipeline.tuners.active_learning import around, fidelity, visit
 from difftune_pipeline.tuners.base import (
     FAILED_ERROR,
     Problem,
@@ -57,12 +59,16 @@ class TuneConfig:
     trust: float = 1.0  # log_scale units a parameter may move from θₖ in one round (anchored)
     refit_steps: int = 100  # steps fitting the surrogate to the engine at the tables visited (anchored; 0: frozen)
     refit_lr: float = 1e-3
+    around: int = 0  # tables drawn in the trust region around each θₖ the refit learns from too (active_learning)
+    around_blocks: int = 1024  # the train blocks each of those is simulated on
     screen: int = 1  # with the tuner ranked: the moves per visit of a row the engine simulates (tuners.screen)
 
     def __post_init__(self):
         check_prior("tune.prior", self.prior)
         if not self.trust > 0:
             raise ValueError(f"tune.trust must be above 0, got {self.trust!r}")
+        if self.around < 0 or self.around_blocks < 1:
+            raise ValueError(f"tune.around ≥ 0 and tune.around_blocks ≥ 1, got {self.around!r}, {self.around_blocks!r}")
         if self.screen < 1:
             raise ValueError(f"tune.screen must be at least 1, got {self.screen!r}")
 
@@ -102,10 +108,20 @@ def tune(
     log(f"tune: start ({config.start}) val MAPE {100 * best_score:.2f}%")
 
     confirmed = start  # θₖ
-    visited = [_visit(space, start, simulate)] if config.anchored else []  # θ₀ and each round's, with engine cycles
+    visited = [visit(space, start, simulate)] if config.anchored else []  # θ₀ and each round's, with engine cycles
+    fitted = list(visited)  # what the refit learns from: those, and the tables drawn around each θₖ
     at_confirmed = visited[0] if visited else None
-    offset, confirmed_train = _anchor(predict, n_blocks, at_confirmed, measured)
     refit = model is not None and config.anchored and config.refit_steps > 0
+
+    def learn_around(table: ParamTable):
+        """The engine's cycles around θₖ learned, when asked; θₖ's offset and train MAPE."""
+        if refit and config.around:
+            drawn = around(space, table, simulate, config.trust, config.around, n_blocks, config.around_blocks, rng)
+            fitted.extend(drawn)
+            _refit(model, predict, fitted, config, rng)
+        return _anchor(predict, n_blocks, at_confirmed, measured)
+
+    offset, confirmed_train = learn_around(start)
     lr = config.lr
     theta, gvec, optimizer = _start(space, confirmed, lr)
     bounds = _trust_region(space, confirmed, config.trust) if config.anchored else None
@@ -128,10 +144,11 @@ def tune(
         if config.anchored:
             if _same(space, candidate, confirmed):  # no integer moved yet: the round goes on
                 continue
-            visited.append(_visit(space, candidate, simulate))
-            entry["fidelity"] = _fidelity(predict, *visited[-1])  # the surrogate where it went, before refitting
+            visited.append(visit(space, candidate, simulate))
+            fitted.append(visited[-1])
+            entry["fidelity"] = fidelity(predict, *visited[-1])  # the surrogate where it went, before refitting
             if refit:
-                _refit(model, predict, visited, config, rng)
+                _refit(model, predict, fitted, config, rng)
                 offset, confirmed_train = _anchor(predict, n_blocks, at_confirmed, measured)
             candidate_offset, train = _anchor(predict, n_blocks, visited[-1], measured)
             entry["train_mape"] = train
@@ -142,6 +159,8 @@ def tune(
                 log(f"tune: step {step}: engine train MAPE {100 * train:.2f}%, not kept")
                 continue
             confirmed, at_confirmed, offset, confirmed_train = candidate, visited[-1], candidate_offset, train
+            if config.around:
+                offset, confirmed_train = learn_around(confirmed)
             bounds = _trust_region(space, confirmed, config.trust)
         val = score(candidate)
         history.append({**entry, "val_mape": val, **({"kept": True} if config.anchored else {})})
@@ -169,35 +188,8 @@ def _anchor(predict, n_blocks: int, visit, measured: np.ndarray, batch: int = 51
     return torch.tensor(offset), float(error.mean())
 
 
-def _visit(space: ParamSpace, table: ParamTable, simulate) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A table the tuning reached, as the surrogate reads it, with the engine's train cycles there (float64)."""
-    matrix, globals_ = space.encode(table)
-    return torch.tensor(matrix), torch.tensor(globals_), torch.tensor(simulate(table))
-
-
-def _fidelity(predict, matrix, globals_, engine, batch: int = 512) -> float:
-    """The surrogate's MAPE against the engine at one table, over the train blocks the engine simulated."""
-    ok = torch.nonzero(~torch.isnan(engine)).squeeze(1)
-    return mape_loss(predict_batched(predict, matrix, globals_, ok, batch), engine[ok].float()).item()
-
-
-def _refit(model: torch.nn.Module, predict, visited: list, config: TuneConfig, rng: np.random.Generator) -> None:
-    """Active learning: a few steps fitting the surrogate to the engine's cycles at
-    the tables visited, so that it is accurate where the tuning goes."""
-    parameters = list(model.parameters())
-    for p in parameters:
-        p.requires_grad_(True)
-    optimizer = torch.optim.Adam(parameters, lr=config.refit_lr)
-    for _ in range(config.refit_steps):
-        matrix, globals_, engine = visited[rng.integers(len(visited))]
-        ok = torch.nonzero(~torch.isnan(engine)).squeeze(1)
-        idx = ok[torch.tensor(rng.choice(len(ok), size=min(config.batch_blocks, len(ok)), replace=False))]
-        loss = mape_loss(predict(matrix, globals_, idx), engine[idx].float())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    for p in parameters:
-        p.requires_grad_(False)
+def _refit(model, predict, fitted: list, config: TuneConfig, rng: np.random.Generator) -> None:
+    active_learning.refit(model, predict, fitted, config.refit_steps, config.refit_lr, config.batch_blocks, rng)
 
 
 def _units(space: ParamSpace, table: ParamTable) -> list[torch.Tensor]:

@@ -20,12 +20,15 @@ def moves(row: dict, halving: bool = False, units: dict[str, int] | None = None)
     (columns of ``ParamSpace.columns``, comma-separated, step, new row) over the
     resources the row lists. ``units``: the functional units the row's other forms
     use (``base.borrowed_units``), with their cycles: one move gives the row a unit
-    it does not list those cycles, and with ``halving`` a unit it lists at 4 or more
-    may double, the way a halving goes down. A µop and its resource's cycles also move together:
-    one at a time, a row can be stuck where neither alone helps (a pop reduced to
-    one load µop needs both fewer µops and no ALU cycle). Giving cycles to a
-    listed resource at 0 that partially overlaps one in use is refused by the
-    engine: such a move fails its blocks and is never accepted."""
+    it does not list those cycles (with ``halving``, or twice them: a register
+    division whose latency the search lowered needs the divider at twice what
+    LLVM gives the memory form before it waits as measured), and with ``halving``
+    a unit it lists at 4 or more may double, the way a halving goes down. A µop and
+    its resource's cycles also move together: one at a time, a row can be stuck
+    where neither alone helps (a pop reduced to one load µop needs both fewer µops
+    and no ALU cycle). Giving cycles to a listed resource at 0 that partially
+    overlaps one in use is refused by the engine: such a move fails its blocks and
+    is never accepted."""
     out = []
     half = lambda v: [v // 2 - v] if halving and v >= 4 else []  # noqa: E731
     uses_ports = any(c > 0 for c in row["ports"].values())  # then µops must stay ≥ 1
@@ -44,8 +47,10 @@ def moves(row: dict, halving: bool = False, units: dict[str, int] | None = None)
             out.append((f"read_advance[{use}]", d, {**row, "read_advance": ra}))
     units = units or {}
     for res, cycles in units.items():
-        if not row["ports"].get(res):
-            out.append((f"port:{res}", cycles, {**row, "ports": {**row["ports"], res: cycles}}))
+        if row["ports"].get(res):
+            continue
+        for given in [cycles, 2 * cycles] if halving else [cycles]:
+            out.append((f"port:{res}", given, {**row, "ports": {**row["ports"], res: given}}))
     for res, cycles in row["ports"].items():
         double = [cycles] if halving and res in units and cycles >= 4 else []
         for d in [-1, 1] + half(cycles) + double:

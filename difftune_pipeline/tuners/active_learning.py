@@ -1,0 +1,77 @@
+"""Active learning (issue: the surrogate accurate where the tuner goes): the
+engine simulates each table the gradient reaches, and tables drawn inside the
+trust region around each one it confirms, and the surrogate is refitted to
+those simulations, so that it learns the engine's landscape where the tuning
+is, not only at the tables sampled before training. The drawn tables are
+simulated on a random share of the train blocks: what the refit needs is many
+tables near the current one, each on enough blocks for its batches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from difftune_pipeline.engine import ParamTable
+from difftune_pipeline.model.params import ParamSpace
+from difftune_pipeline.surrogates import Predict, mape_loss
+from difftune_pipeline.tuners.base import predict_batched
+from difftune_pipeline.tuners.fidelity import drawn_tables
+
+# A table as the surrogate reads it (matrix, globals) and the engine's train cycles there (NaN: not simulated)
+Visit = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+Simulate = Callable[..., np.ndarray]  # simulate(table, positions=None): the engine's train cycles
+
+
+def visit(space: ParamSpace, table: ParamTable, simulate: Simulate, positions: np.ndarray | None = None) -> Visit:
+    """A table the tuning reached, as the surrogate reads it, with the engine's train cycles there (float64)."""
+    matrix, globals_ = space.encode(table)
+    cycles = simulate(table) if positions is None else simulate(table, positions)
+    return torch.tensor(matrix), torch.tensor(globals_), torch.tensor(cycles)
+
+
+def around(
+    space: ParamSpace,
+    table: ParamTable,
+    simulate: Simulate,
+    trust: float,
+    n: int,
+    n_blocks: int,
+    blocks: int,
+    rng: np.random.Generator,
+    share: float = 0.25,
+) -> list[Visit]:
+    """``n`` tables drawn inside the trust region around ``table`` (``fidelity.drawn_tables``),
+    each simulated on ``blocks`` train blocks drawn at random."""
+    return [
+        visit(space, drawn, simulate, np.sort(rng.choice(n_blocks, size=min(blocks, n_blocks), replace=False)))
+        for drawn in drawn_tables(space, table, trust, n, share, rng)
+    ]
+
+
+def fidelity(predict: Predict, matrix, globals_, engine, batch: int = 512) -> float:
+    """The surrogate's MAPE against the engine at one table, over the train blocks the engine simulated."""
+    ok = torch.nonzero(~torch.isnan(engine)).squeeze(1)
+    return mape_loss(predict_batched(predict, matrix, globals_, ok, batch), engine[ok].float()).item()
+
+
+def refit(
+    model: torch.nn.Module, predict: Predict, visited: list[Visit], steps: int, lr: float, batch: int, rng
+) -> None:
+    """``steps`` Adam steps fitting the surrogate to the engine's cycles at the tables
+    visited (a batch of one visit's simulated blocks a step), then frozen again."""
+    parameters = list(model.parameters())
+    for p in parameters:
+        p.requires_grad_(True)
+    optimizer = torch.optim.Adam(parameters, lr=lr)
+    for _ in range(steps):
+        matrix, globals_, engine = visited[rng.integers(len(visited))]
+        ok = torch.nonzero(~torch.isnan(engine)).squeeze(1)
+        idx = ok[torch.tensor(rng.choice(len(ok), size=min(batch, len(ok)), replace=False))]
+        loss = mape_loss(predict(matrix, globals_, idx), engine[idx].float())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    for p in parameters:
+        p.requires_grad_(False)
