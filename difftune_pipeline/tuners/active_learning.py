@@ -1,6 +1,6 @@
-"""Active learning (issue: the surrogate accurate where the tuner goes): the
+"""Active learning, so that the surrogate is accurate where the tuning goes: the
 engine simulates each table the gradient reaches, and tables drawn inside the
-trust region around each one it confirms, and the surrogate is refitted to
+trust region around each one it confirms (``tune.around``), and the surrogate is refitted to
 those simulations, so that it learns the engine's landscape where the tuning
 is, not only at the tables sampled before training. The drawn tables are
 simulated on a random share of the train blocks: what the refit needs is many
