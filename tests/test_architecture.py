@@ -73,6 +73,8 @@ def test_every_named_tuner_composes_and_an_unknown_one_is_refused():
     for bad in ({"tune.around": -1}, {"tune.around_blocks": 0}):
         with pytest.raises(ValueError, match="tune.around ≥ 0 and tune.around_blocks ≥ 1"):
             config.settings_for("sample", bad)
+    with pytest.raises(ValueError, match="tune.refit_on must be one of"):
+        config.settings_for("sample", {"tune.refit_on": "both"})
     with pytest.raises(ValueError, match="ranked proposals, and only they"):
         DirectSearch(settings.search, "ranked")
     full = config.settings_for("full")

@@ -619,9 +619,36 @@ def test_refitting_on_tables_drawn_around_a_table_teaches_the_surrogate_the_othe
     )
     unseen = draw(3, 1)
     before = [fidelity(view.predict, *v) for v in unseen]
-    refit(view.model, view.predict, draw(6, 2), 200, 0.01, 256, np.random.default_rng(0))
+    refit(view.model, view.predict, [(v, None) for v in draw(6, 2)], 200, 0.01, 256, np.random.default_rng(0))
     after = [fidelity(view.predict, *v) for v in unseen]
     assert sum(after) < sum(before)
+
+
+def test_refitting_on_differences_teaches_the_surrogate_the_changes_the_tuning_reads(simulated):
+    """``tune.refit_on`` differences: given the table they were drawn around, the
+    refit fits the engine's cycles there plus the surrogate's change, and at
+    tables it never saw that prediction comes closer to the engine."""
+    from difftune_pipeline.tuners.active_learning import around, refit, visit
+    from difftune_pipeline.tuners.base import predict_batched
+
+    problem = _gradient_problem(simulated)
+    view, n = problem.surrogate, len(problem.blocks)
+    at = visit(view.space, problem.default, problem.train_cycles)
+    draw = lambda k, seed: around(  # noqa: E731
+        view.space, problem.default, problem.train_cycles, 0.5, k, n, n, np.random.default_rng(seed)
+    )
+    unseen, everything = draw(3, 1), np.arange(n)
+
+    def anchored_error() -> float:
+        base = predict_batched(view.predict, at[0], at[1], everything)
+        return sum(
+            torch.nanmean((at[2] + predict_batched(view.predict, m, g, everything) - base - e).abs() / e).item()
+            for m, g, e in unseen
+        )
+
+    before = anchored_error()
+    refit(view.model, view.predict, [(v, at) for v in draw(6, 2)], 200, 0.01, 256, np.random.default_rng(0))
+    assert anchored_error() < before
 
 
 def test_the_tuning_records_the_tables_it_visited_and_the_surrogate_near_its_table(simulated):

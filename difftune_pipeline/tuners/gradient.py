@@ -45,6 +45,8 @@ from difftune_pipeline.tuners.base import (
 )
 from difftune_pipeline.tuners.fidelity import fidelity_near
 
+REFIT_ON = ("levels", "differences")
+
 
 @dataclass
 class TuneConfig:
@@ -59,6 +61,7 @@ class TuneConfig:
     trust: float = 1.0  # log_scale units a parameter may move from θₖ in one round (anchored)
     refit_steps: int = 100  # steps fitting the surrogate to the engine at the tables visited (anchored; 0: frozen)
     refit_lr: float = 1e-3
+    refit_on: str = "levels"  # levels | differences: what the refit fits at a visit (active_learning)
     around: int = 0  # tables drawn in the trust region around each θₖ the refit learns from too (active_learning)
     around_blocks: int = 1024  # the train blocks each of those is simulated on
     screen: int = 1  # with the tuner ranked: the moves per visit of a row the engine simulates (tuners.screen)
@@ -69,6 +72,8 @@ class TuneConfig:
             raise ValueError(f"tune.trust must be above 0, got {self.trust!r}")
         if self.around < 0 or self.around_blocks < 1:
             raise ValueError(f"tune.around ≥ 0 and tune.around_blocks ≥ 1, got {self.around!r}, {self.around_blocks!r}")
+        if self.refit_on not in REFIT_ON:
+            raise ValueError(f"tune.refit_on must be one of {REFIT_ON}, got {self.refit_on!r}")
         if self.screen < 1:
             raise ValueError(f"tune.screen must be at least 1, got {self.screen!r}")
 
@@ -109,15 +114,18 @@ def tune(
 
     confirmed = start  # θₖ
     visited = [visit(space, start, simulate)] if config.anchored else []  # θ₀ and each round's, with engine cycles
-    fitted = list(visited)  # what the refit learns from: those, and the tables drawn around each θₖ
+    # what the refit learns from: those, and the tables drawn around each θₖ, each with
+    # the θₖ it came from when the refit fits differences (active_learning.refit)
+    fitted: list[active_learning.Fitted] = [(v, None) for v in visited]
     at_confirmed = visited[0] if visited else None
+    from_confirmed = lambda: at_confirmed if config.refit_on == "differences" else None  # noqa: E731
     refit = model is not None and config.anchored and config.refit_steps > 0
 
     def learn_around(table: ParamTable):
         """The engine's cycles around θₖ learned, when asked; θₖ's offset and train MAPE."""
         if refit and config.around:
             drawn = around(space, table, simulate, config.trust, config.around, n_blocks, config.around_blocks, rng)
-            fitted.extend(drawn)
+            fitted.extend((v, from_confirmed()) for v in drawn)
             _refit(model, predict, fitted, config, rng)
         return _anchor(predict, n_blocks, at_confirmed, measured)
 
@@ -145,7 +153,7 @@ def tune(
             if _same(space, candidate, confirmed):  # no integer moved yet: the round goes on
                 continue
             visited.append(visit(space, candidate, simulate))
-            fitted.append(visited[-1])
+            fitted.append((visited[-1], from_confirmed()))
             entry["fidelity"] = fidelity(predict, *visited[-1])  # the surrogate where it went, before refitting
             if refit:
                 _refit(model, predict, fitted, config, rng)
