@@ -2,8 +2,10 @@
 dependency graph, the analytic bounds (close to the engine), and the table."""
 
 import numpy as np
+import pytest
 import torch
 
+from difftune_pipeline.engine import Engine
 from difftune_pipeline.model.features import block_features, containment, features_frame
 from difftune_pipeline.model.graph import (
     BlockGraphs,
@@ -99,3 +101,21 @@ def test_port_pressure_spreads_groups_over_their_units(haswell):
     f = block_features(block, table, resources, c)
     assert f["port_pressure_cycles"] == 1.0 and f["dispatch_cycles"] == 1.0  # 4 ALU µops over HWPort0156
     assert c[names.index("HWPort0"), names.index("HWPort0156")] == 0.25
+
+
+def test_port_pressure_spreads_a_resource_over_its_own_units():
+    """Ivy Bridge's load ports are one resource of two units, not a group: two
+    loads an iteration keep each busy one cycle, as the engine runs them."""
+    ivybridge = Engine("ivybridge")
+    resources = ivybridge.resources()
+    c = containment(resources)
+    names = [r["name"] for r in resources]
+    loads = resources[names.index("SBPort23")]
+    assert loads["num_units"] == 2 and not loads["is_group"]
+    assert c[names.index("SBPort23"), names.index("SBPort23")] == 0.5
+    assert c[names.index("SBPort0"), names.index("SBPortAny")] == pytest.approx(1 / 6)  # SBPort23 counts twice
+    table = ivybridge.default_table()
+    block = ivybridge.parse_asm("movl 8(%rsp), %ecx\nmovl 16(%rsp), %edx")
+    f = block_features(block, table, resources, c)
+    engine = ivybridge.simulate([block], table).predicted("steady")[0]  # cycles per 100 iterations
+    assert f["port_pressure_cycles"] == 1.0 and engine == pytest.approx(100, rel=0.02)

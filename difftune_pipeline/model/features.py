@@ -34,13 +34,15 @@ BATCH = 256  # blocks whose dependency chains are computed together
 
 def containment(resources: list[dict]) -> np.ndarray:
     """C[s, r] = 1/|units(r)| when resource s's units all lie in r: the pressure on
-    r is the cycles of everything that must run inside it, spread over its units."""
+    r is the cycles of everything that must run inside it, spread over its units.
+    A resource that is no group may have several units itself (Sandy and Ivy
+    Bridge's two load ports, ``SBPort23``), and a group counts its members' units."""
     members = [frozenset(r["members"]) if r["is_group"] else frozenset([r["name"]]) for r in resources]
     out = np.zeros((len(resources), len(resources)))
     for s, ms in enumerate(members):
         for r, mr in enumerate(members):
             if ms <= mr:
-                out[s, r] = 1.0 / len(mr)
+                out[s, r] = 1.0 / resources[r]["num_units"]
     return out
 
 
