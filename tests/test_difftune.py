@@ -601,7 +601,7 @@ def test_refitting_makes_the_surrogate_closer_to_the_engine_where_it_went(simula
     worse = view.space.decode(*[a * 2 + 1 for a in view.space.encode(problem.default)], problem.default)
     visited = [visit(view.space, t, problem.train_cycles) for t in (problem.default, worse)]
     before = [fidelity(view.predict, *v) for v in visited]
-    refit(view.model, view.predict, visited, 200, 0.01, 256, np.random.default_rng(0))
+    refit(view.model, view.predict, [(v, None) for v in visited], 200, 0.01, 256, np.random.default_rng(0))
     after = [fidelity(view.predict, *v) for v in visited]
     assert sum(after) < sum(before)
     assert not any(p.requires_grad for p in view.model.parameters())  # frozen again for tuning
