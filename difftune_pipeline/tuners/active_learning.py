@@ -32,8 +32,7 @@ Fitted = tuple[Visit, Visit | None]
 def visit(space: ParamSpace, table: ParamTable, simulate: Simulate, positions: np.ndarray | None = None) -> Visit:
     """A table the tuning reached, as the surrogate reads it, with the engine's train cycles there (float64)."""
     matrix, globals_ = space.encode(table)
-    cycles = simulate(table) if positions is None else simulate(table, positions)
-    return torch.tensor(matrix), torch.tensor(globals_), torch.tensor(cycles)
+    return torch.tensor(matrix), torch.tensor(globals_), torch.tensor(simulate(table, positions))
 
 
 def around(

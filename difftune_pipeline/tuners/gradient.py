@@ -88,7 +88,7 @@ def tune(
     config: TuneConfig,
     log=print,
     reference: ParamTable | None = None,
-    simulate: Callable[[ParamTable], np.ndarray] | None = None,
+    simulate: active_learning.Simulate | None = None,
     model: torch.nn.Module | None = None,
     tied: list[list[int]] = (),
 ) -> tuple[ParamTable, list[dict]]:
