@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from difftune_pipeline.engine import Engine
+from difftune_pipeline import harness
+from difftune_pipeline.engine import Engine, extended
 from difftune_pipeline.model.features import block_features, containment, features_frame
 from difftune_pipeline.model.graph import (
     BlockGraphs,
@@ -14,6 +15,8 @@ from difftune_pipeline.model.graph import (
     memory_dependencies,
     without_stack_updates,
 )
+from difftune_pipeline.model.params import ParamSpace
+from difftune_pipeline.surrogates.structured import StructuredBlocks, bounds
 
 
 def test_operands_come_from_llvm(haswell):
@@ -58,6 +61,15 @@ def test_the_stack_engine_leaves_no_rsp_chain_in_the_graph(haswell):
     assert carried.item() == 1.0  # the add's own chain
     plain = BlockGraphs.build([dependencies(block.operands)], [5]).select([0])
     assert latency_bounds(torch.ones(1, 5), torch.zeros(1, 5), plain)[1].item() == 4.0  # pop, pop, add, push
+
+
+def test_a_short_recurrence_behind_a_long_chain(haswell):
+    """The add's one-cycle chain through RSP is the block's recurrence, though
+    the pop's six-cycle load finishes last in every unrolled iteration."""
+    block = haswell.parse_asm("addq $96, %rsp\nmovl %ebx, %eax\npopq %rbx")
+    graph = BlockGraphs.build([dependencies(without_stack_updates(block.operands))], [3]).select([0])
+    chain, carried = latency_bounds(torch.tensor([[1.0, 1.0, 6.0]]), torch.zeros(1, 3), graph)
+    assert chain.item() == 6.0 and carried.item() == 1.0
 
 
 def test_recorded_store_load_edges_are_forwarded_or_failed(haswell):
@@ -119,3 +131,29 @@ def test_port_pressure_spreads_a_resource_over_its_own_units():
     f = block_features(block, table, resources, c)
     engine = ivybridge.simulate([block], table).predicted("steady")[0]  # cycles per 100 iterations
     assert f["port_pressure_cycles"] == 1.0 and engine == pytest.approx(100, rel=0.02)
+
+
+def test_the_front_end_bound_sees_the_first_decoder(haswell):
+    """A compare with a load as three µops (two fused) is no longer a simple
+    decoder's: the engine decodes one an iteration instead of two, and the
+    structured surrogate's front-end bound says so."""
+    table = haswell.default_table().with_model(extended.for_cpu("haswell"), "bhive")
+    blocks = [
+        harness.accesses(b, "bhive").attach(b)
+        for b in map(haswell.parse_asm, ("cmpq 96(%rsp), %r8", "addq %rax, %rbx\naddq %rcx, %rdx", "nop"))
+    ]
+    complex_ = table.copy()
+    complex_.rows["CMP64rm"] = {**table.rows["CMP64rm"], "uops": 3}
+    engine = [float(haswell.simulate(blocks[:1], t).predicted("steady")[0]) for t in (table, complex_)]
+    assert engine == [50.0, 100.0]
+    space = ParamSpace.create(["CMP64rm"], haswell, table)
+    inputs = StructuredBlocks.build(blocks, {"CMP64rm": 0}, memory=True, stack_engine=True)
+    batch = inputs.select(torch.tensor([0, 1, 2]))
+    contain = torch.tensor(containment(haswell.resources()), dtype=torch.float32)
+    front = []
+    for t in (table, complex_):
+        matrix, globals_ = (torch.tensor(a) for a in space.encode(t))
+        params = torch.cat([matrix, torch.zeros(1, matrix.shape[1])])[batch.rows]  # row -1: the zero row
+        b = bounds(params, globals_.expand(3, -1), batch, contain, space.globals)
+        front.append(b[0, 3].item())
+    assert front[0] <= 0.5 and front[1] == 1.0

@@ -4,8 +4,9 @@ surrogate.
 
 Edges come from LLVM's instruction descriptions (``Block.operands``). The
 recurrence is a max-plus longest path over the graph unrolled for ``UNROLL``
-iterations; an edge costs the producer's latency, less the consumer's
-ReadAdvance when it is a register operand (not an address). Store→load edges
+iterations, read as the fastest growth of an instruction's start time; an edge
+costs the producer's latency, less the consumer's ReadAdvance when it is a
+register operand (not an address). Store→load edges
 are timed only under the extended model's memory mechanism (llvm-mca assumes no
 aliasing), from the addresses a harness model recorded, at the producer's
 latency plus the store-to-load forwarding latency, or plus the failed-forwarding
@@ -193,7 +194,10 @@ def latency_bounds(
     # Start times, iteration by iteration: what the previous iteration feeds in,
     # then max-plus relaxation along the within-iteration edges, as many rounds as
     # the longest chain has edges (exact for a DAG), vectorised over the batch.
-    prev, finish = None, []
+    # The recurrence is how fast an instruction's start time grows once the first
+    # iterations' transient is over, the fastest of the block: a block's finish
+    # would hide a short recurrence behind a long chain for all UNROLL iterations.
+    prev, starts = None, []
     for _ in range(UNROLL):
         base = torch.zeros_like(flat_lat)
         if prev is not None:
@@ -202,6 +206,7 @@ def latency_bounds(
         for _ in range(graph.depth):
             t = relax(base, t, same)
         prev = t
-        finish.append((prev.reshape(latency.shape) + latency).amax(1))
+        starts.append(prev.reshape(latency.shape))
     half = UNROLL // 2
-    return finish[0], (finish[-1] - finish[half - 1]) / (UNROLL - half)
+    chain = (starts[0] + latency).amax(1)
+    return chain, ((starts[-1] - starts[half - 1]) / (UNROLL - half)).amax(1).clamp(min=0.0)

@@ -27,10 +27,10 @@ SPLITS = ("train", "val", "test")
 CODE_VERSIONS = {
     "accesses": "2",
     "default_params": "9",
-    "features": "2",
+    "features": "3",
     "sampled_tables": "2",
     "simulations": "2",
-    "surrogate": "11",
+    "surrogate": "12",
     "learned_params": "19",
     "evaluation": "7",
 }

@@ -13,8 +13,10 @@ Per iteration a block needs at least
   failed-forwarding penalty when no one store access holds the bytes the load reads;
 - under the extended model's front end: its bytes over the predecoder's block,
   its instructions over the instructions predecoded per cycle, its decoded
-  instructions (a macro-fused pair counts once) over the decoders, its fused
-  µops (µops less what micro-fusion saves) over the issue width.
+  instructions (a macro-fused pair counts once) over the decoders, a cycle of
+  the one complex decoder per instruction of more fused µops than the simple
+  decoders take (and per four µops of a microcoded one), its fused µops (µops
+  less what micro-fusion saves) over the issue width.
 - under a mechanism that drains the pipeline (Zen+'s zero-count shift, Intel's
   locked instructions and x87 stack faults): per draining instruction its cycles after the drain,
   plus, once a block drains at all, the critical path of an iteration.
@@ -49,6 +51,7 @@ from difftune_pipeline.model.sampling import PairBatch, PairFile, Pairs, Split
 from difftune_pipeline.surrogates.base import FitConfig, Surrogate, moved
 
 STATIC = ["n_insts", "loads", "stores", "regs_read", "regs_written", "memory_deps"]
+MSROM_UOPS = 4  # fused µops a decode cycle of a microcoded instruction (engine/native/front_end.h, kMsromUops)
 DRAINS = ("zero_shift_penalty", "lock_penalty", "x87_assist_penalty")  # the globals of Batch.drains' columns
 
 
@@ -168,12 +171,16 @@ def bounds(
     per_iteration = [pressure, dispatch, recurrence]
     if "issue_width" in names:
         fused = torch.maximum(uops - batch.micro, uops.clamp(max=1.0)) * (1.0 - batch.macro)
+        # the first decoder, a cycle for each instruction above the simple decoders'
+        # µops (a step, relaxed over one µop) and for each MSROM_UOPS µops of a microcoded one
+        complex_ = (fused - g("simple_decoder_uops")[:, None]).clamp(0.0, 1.0) + torch.relu(fused / MSROM_UOPS - 1.0)
         per_iteration.append(
             torch.stack(
                 [
                     batch.front[:, 0] / g("predecode_bytes"),
                     batch.front[:, 2] / g("predecode_width"),
                     batch.front[:, 1] / g("decoders"),
+                    complex_.sum(1),
                     fused.sum(1) / g("issue_width"),
                 ],
                 1,
