@@ -35,7 +35,7 @@ tables = ctx.sampled_tables(space)
 pairs = stored_pairs(ctx, space, default, tables, list(train))
 s = ctx.settings
 model = surrogate_type("structured").create(list(space.keys), s.structured, list(train.values()),
-                                            ctx.engine.resources(), space.globals)
+                                            ctx.engine.resources(), space.globals, default.mechanisms)
 report = model.fit([train[b] for b in pairs.block_ids], pairs, log=lambda *_: None, inputs_id="bench")
 weights = hashlib.sha256(b"".join(t.numpy().tobytes() for t in model.model.state_dict().values())).hexdigest()
 print(json.dumps({"seconds": report["train_seconds"], "pairs": report["n_train"], "weights": weights[:16],

@@ -13,6 +13,7 @@ from difftune_pipeline.model.graph import (
     dependencies,
     latency_bounds,
     memory_dependencies,
+    with_partial_merges,
     without_stack_updates,
 )
 from difftune_pipeline.model.params import ParamSpace
@@ -147,7 +148,7 @@ def test_the_front_end_bound_sees_the_first_decoder(haswell):
     engine = [float(haswell.simulate(blocks[:1], t).predicted("steady")[0]) for t in (table, complex_)]
     assert engine == [50.0, 100.0]
     space = ParamSpace.create(["CMP64rm"], haswell, table)
-    inputs = StructuredBlocks.build(blocks, {"CMP64rm": 0}, memory=True, stack_engine=True)
+    inputs = StructuredBlocks.build(blocks, {"CMP64rm": 0}, table.mechanisms)
     batch = inputs.select(torch.tensor([0, 1, 2]))
     contain = torch.tensor(containment(haswell.resources()), dtype=torch.float32)
     front = []
@@ -157,3 +158,34 @@ def test_the_front_end_bound_sees_the_first_decoder(haswell):
         b = bounds(params, globals_.expand(3, -1), batch, contain, space.globals)
         front.append(b[0, 3].item())
     assert front[0] <= 0.5 and front[1] == 1.0
+
+
+def test_a_partial_write_merges_in_the_graph_as_in_the_engine(haswell):
+    """The registers a write of 8 or 16 bits merges into, by the engine's own
+    rule: not a 32-bit write (it clears the rest), a load, a high byte, or a write
+    of a register the instruction reads; the graph under partial_register then
+    carries ``setne %r8b`` from one iteration to the next, as the engine times it."""
+    asm = [
+        ("setne %r8b", ["R8"]),
+        ("movb $1, %r15b", ["R15"]),
+        ("movw $1, %cx", ["RCX"]),
+        ("addb %al, %bl", []),
+        ("movzbl %cl, %eax", []),
+        ("movb (%rax), %bl", []),
+        ("movb $1, %ah", []),
+        ("xorb %al, %al", []),
+    ]
+    assert [haswell.parse_asm(a).operands[0]["merges"] for a, _ in asm] == [m for _, m in asm]
+    block = haswell.parse_asm("testq %r9, %r9\nsetne %r8b")
+    table = haswell.default_table([block]).with_model(extended.for_cpu("haswell"), "bhive")
+    assert "partial_register" in table.mechanisms
+    slow = table.copy()
+    key = block.row_keys[1]
+    slow.rows[key] = {**table.rows[key], "latency": [2]}
+    engine = [float(haswell.simulate([block], t).predicted("steady")[0]) for t in (table, slow)]
+    ops = with_partial_merges(block.operands)
+    graph = BlockGraphs.build([dependencies(ops)], [2]).select([0])
+    carried = [latency_bounds(torch.tensor([[1.0, x]]), torch.zeros(1, 2), graph)[1].item() for x in (1.0, 2.0)]
+    assert engine == [100.0, 200.0] and carried == [1.0, 2.0]
+    plain = BlockGraphs.build([dependencies(block.operands)], [2]).select([0])
+    assert latency_bounds(torch.tensor([[1.0, 2.0]]), torch.zeros(1, 2), plain)[1].item() == 0.0

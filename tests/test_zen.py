@@ -113,7 +113,7 @@ def test_the_structured_surrogate_bounds_a_drained_block(zen, ext):
     ]
     assert [list(b.serialising) for b in blocks] == [[(False,) * 3, (True, False, False)], [(False,) * 3] * 2]
     keys = sorted({k for b in blocks for k in b.row_keys})
-    inputs = StructuredBlocks.build(blocks, {k: i for i, k in enumerate(keys)}, memory=True, stack_engine=True)
+    inputs = StructuredBlocks.build(blocks, {k: i for i, k in enumerate(keys)}, ext.mechanisms)
     batch = inputs.select(torch.tensor([0, 1]))
     contain = torch.tensor(containment(zen.resources()), dtype=torch.float32)
     params = torch.zeros(2, 2, 2 + READ_ADVANCE_SLOTS + contain.shape[0])

@@ -62,6 +62,13 @@ def without_stack_updates(operands: list[dict]) -> list[dict]:
     ]
 
 
+def with_partial_merges(operands: list[dict]) -> list[dict]:
+    """The operands as the extended model's partial-register mechanism times
+    them: a write of a register's low 8 or 16 bits waits for the register's last
+    writer (``merges``, the engine's own rule)."""
+    return [{**op, "reads": sorted({*op["reads"], *op["merges"]})} if op["merges"] else op for op in operands]
+
+
 def memory_dependencies(accesses: list[tuple], n: int) -> list[Edge]:
     """Store→load edges from recorded accesses ``(iteration, instruction, address,
     bytes, store)``: each load of the second iteration depends on the last store

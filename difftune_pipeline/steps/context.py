@@ -30,7 +30,7 @@ CODE_VERSIONS = {
     "features": "3",
     "sampled_tables": "2",
     "simulations": "2",
-    "surrogate": "12",
+    "surrogate": "13",
     "learned_params": "19",
     "evaluation": "7",
 }

@@ -48,6 +48,7 @@ def train_surrogate(ctx: StepContext, log=print) -> SurrogateTrained:
         list(train_blocks.values()),
         ctx.engine.resources(),
         space.globals,
+        default.mechanisms,
     )
     report = surrogate.fit([train_blocks[b] for b in pairs.block_ids], pairs, log=log, inputs_id=run_id)
     path = ctx.models_dir / f"{run_id}.pt"

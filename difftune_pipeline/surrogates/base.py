@@ -104,10 +104,13 @@ class Surrogate:
     clip: float | None = None  # gradient-norm clipping
     eval_batch: int = 4096  # pairs per forward pass when measuring fidelity
 
-    def __init__(self, row_keys: list[str], config, model: nn.Module | None = None, globals_=GLOBALS):
+    def __init__(
+        self, row_keys: list[str], config, model: nn.Module | None = None, globals_=GLOBALS, mechanisms=()
+    ):
         self.row_keys, self.config, self.model = list(row_keys), config, model
         self.row_index = {k: i for i, k in enumerate(self.row_keys)}
         self.globals = tuple(globals_)  # the table's globals it reads, in ParamSpace order
+        self.mechanisms = tuple(mechanisms)  # the extended model's, of the tables it learns: what a block's inputs hold
 
     # ---- model --------------------------------------------------------------
     def inputs(self, blocks: list):
@@ -226,6 +229,7 @@ class Surrogate:
                 "state": self.model.state_dict(),
                 "rows": self.row_keys,
                 "globals": list(self.globals),
+                "mechanisms": list(self.mechanisms),
                 "config": asdict(self.config),
                 **self.checkpoint(),
             },

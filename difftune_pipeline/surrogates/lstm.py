@@ -162,8 +162,10 @@ class LSTMSurrogate(Surrogate):
     kind = "ithemal"
     settings_field = "lstm"
 
-    def __init__(self, row_keys: list[str], config: LSTMConfig, vocab: Vocabulary, model=None, globals_=GLOBALS):
-        super().__init__(row_keys, config, model, globals_)
+    def __init__(
+        self, row_keys: list[str], config: LSTMConfig, vocab: Vocabulary, model=None, globals_=GLOBALS, mechanisms=()
+    ):
+        super().__init__(row_keys, config, model, globals_, mechanisms)
         self.vocab = vocab
         self.global_scale = torch.tensor([GLOBAL_SCALES[g] for g in self.globals])
 
@@ -177,9 +179,15 @@ class LSTMSurrogate(Surrogate):
 
     @classmethod
     def create(
-        cls, row_keys: list[str], config: LSTMConfig, blocks: list, resources: list[dict], globals_=GLOBALS
+        cls,
+        row_keys: list[str],
+        config: LSTMConfig,
+        blocks: list,
+        resources: list[dict],
+        globals_=GLOBALS,
+        mechanisms=(),
     ) -> LSTMSurrogate:
-        return cls(row_keys, config, vocabulary(blocks), globals_=globals_)
+        return cls(row_keys, config, vocabulary(blocks), globals_=globals_, mechanisms=mechanisms)
 
     def inputs(self, blocks: list) -> BlockTensors:
         return BlockTensors.build(blocks, self.vocab, self.row_index)
@@ -249,4 +257,4 @@ class LSTMSurrogate(Surrogate):
         globals_ = tuple(data.get("globals", GLOBALS))
         model = HierarchicalLSTM(len(vocab.words), data["n_params"], config.embed, config.hidden, 1.0, len(globals_))
         model.log_scale = data["log_scale"]
-        return cls(data["rows"], config, vocab, model, globals_)
+        return cls(data["rows"], config, vocab, model, globals_, data.get("mechanisms", ()))

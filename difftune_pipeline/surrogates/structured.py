@@ -44,6 +44,7 @@ from difftune_pipeline.model.graph import (
     dependencies,
     latency_bounds,
     memory_dependencies,
+    with_partial_merges,
     without_stack_updates,
 )
 from difftune_pipeline.model.params import READ_ADVANCE_SLOTS
@@ -93,14 +94,17 @@ class StructuredBlocks:
     drains: torch.Tensor
 
     @classmethod
-    def build(
-        cls, blocks: list, row_index: dict[str, int], memory: bool = False, stack_engine: bool = False
-    ) -> StructuredBlocks:
-        """``memory``: store→load edges come from each block's recorded accesses,
-        timed; ``stack_engine``: no chain through RSP from push and pop (the engine's stack operations)."""
+    def build(cls, blocks: list, row_index: dict[str, int], mechanisms=()) -> StructuredBlocks:
+        """The graph as the extended model's ``mechanisms`` time it: under ``memory``
+        store→load edges come from each block's recorded accesses, timed; under
+        ``stack_engine`` no chain runs through RSP from push and pop (the engine's
+        stack operations); under ``partial_register`` a partial write reads what it merges into."""
+        memory = "memory" in mechanisms
         rows, edges, static, micro, macro, front, drains = [], [], [], [], [], [], []
         for block in blocks:
-            ops = without_stack_updates(block.operands) if stack_engine else block.operands
+            ops = without_stack_updates(block.operands) if "stack_engine" in mechanisms else block.operands
+            if "partial_register" in mechanisms:
+                ops = with_partial_merges(ops)
             rows.append(torch.tensor([row_index.get(k, len(row_index)) for k in block.row_keys], dtype=torch.long))
             deps = dependencies(ops)
             if memory and block.accesses:
@@ -226,9 +230,15 @@ class StructuredSurrogate(Surrogate):
     settings_field = "structured"
 
     def __init__(
-        self, row_keys: list[str], config: StructuredConfig, contain: np.ndarray, model=None, globals_=GLOBALS
+        self,
+        row_keys: list[str],
+        config: StructuredConfig,
+        contain: np.ndarray,
+        model=None,
+        globals_=GLOBALS,
+        mechanisms=(),
     ):
-        super().__init__(row_keys, config, model, globals_)
+        super().__init__(row_keys, config, model, globals_, mechanisms)
         self.contain = contain
 
     @property
@@ -241,17 +251,18 @@ class StructuredSurrogate(Surrogate):
 
     @classmethod
     def create(
-        cls, row_keys: list[str], config: StructuredConfig, blocks: list, resources: list[dict], globals_=GLOBALS
+        cls,
+        row_keys: list[str],
+        config: StructuredConfig,
+        blocks: list,
+        resources: list[dict],
+        globals_=GLOBALS,
+        mechanisms=(),
     ) -> StructuredSurrogate:
-        return cls(row_keys, config, containment(resources), globals_=globals_)
+        return cls(row_keys, config, containment(resources), globals_=globals_, mechanisms=mechanisms)
 
     def inputs(self, blocks: list) -> StructuredBlocks:
-        return StructuredBlocks.build(
-            blocks,
-            self.row_index,
-            memory="store_forward_latency" in self.globals,
-            stack_engine="stack_sync_uops" in self.globals,
-        )
+        return StructuredBlocks.build(blocks, self.row_index, self.mechanisms)
 
     def build_model(self, pairs: Pairs, split: Split) -> StructuredModel:
         return StructuredModel(len(self.contain), self.config.hidden, self.contain, self.globals)
@@ -293,4 +304,7 @@ class StructuredSurrogate(Surrogate):
         config = StructuredConfig(**data["config"])
         globals_ = tuple(data.get("globals", GLOBALS))
         model = StructuredModel(data["n_resources"], config.hidden, data["contain"], globals_)
-        return cls(data["rows"], config, data["contain"], model, globals_)
+        # a checkpoint saved before its mechanisms were: its inputs had the memory and the
+        # stack engine's graph where their globals are, and no partial-register merges
+        legacy = [m for m, g in (("memory", "store_forward_latency"), ("stack_engine", "stack_sync_uops")) if g in globals_]
+        return cls(data["rows"], config, data["contain"], model, globals_, data.get("mechanisms", legacy))

@@ -138,6 +138,7 @@ NB_MODULE(_engine, m) {
           D["may_store"] = O.may_store;
           D["dependency_breaking"] = O.dependency_breaking;
           D["stack_op"] = O.stack_op;
+          D["merges"] = nb::cast(O.merges);
           D["address"] = O.address;
           L.append(D);
         }

@@ -2,6 +2,7 @@
 // instruction's printed text, parameter-row key and operands.
 #include "engine_impl.h"
 #include "front_end.h"
+#include "partial_register.h"
 #include "serialising.h"
 #include "stack_engine.h"
 
@@ -73,6 +74,34 @@ void encode(const EngineImpl &E, MCContext &Ctx, BlockImpl &B) {
   }
 }
 
+// The full registers mergePartialWrites makes the instruction read, from its
+// MCInst: a write that does not clear its super-register (as MCA's InstrBuilder
+// asks the target) of a part of one, not read by the instruction, neither a load
+// nor a dependency-breaking idiom.
+std::vector<std::string> partialMerges(const EngineImpl &E, const MCInst &MI, const MCInstrDesc &D) {
+  std::vector<std::string> Out;
+  APInt Mask;
+  if (D.mayLoad() || E.MCIA->isZeroIdiom(MI, Mask, E.SM->getProcessorID()) ||
+      E.MCIA->isDependencyBreaking(MI, Mask, E.SM->getProcessorID()))
+    return Out;
+  SmallVector<MCRegister, 4> Defs, Uses;
+  for (unsigned I = 0; I < MI.getNumOperands(); ++I)
+    if (MI.getOperand(I).isReg() && MI.getOperand(I).getReg())
+      (I < D.getNumDefs() ? Defs : Uses).push_back(MI.getOperand(I).getReg());
+  Defs.resize(D.getNumDefs());
+  for (MCPhysReg R : D.implicit_defs()) Defs.push_back(R);
+  for (MCPhysReg R : D.implicit_uses()) Uses.push_back(R);
+  APInt Clears(D.getNumDefs() + D.implicit_defs().size(), 0);
+  E.MCIA->clearsSuperRegisters(*E.MRI, MI, Clears);
+  for (unsigned I = 0; I < Defs.size(); ++I) {
+    const MCRegister Full = Clears[I] ? MCRegister() : mergedInto(E, Defs[I]);
+    if (!Full || llvm::any_of(Uses, [&](MCRegister U) { return E.MRI->regsOverlap(U, Defs[I]); })) continue;
+    const std::string Name = widest(*E.MRI, Full);
+    if (!llvm::is_contained(Out, Name)) Out.push_back(Name);
+  }
+  return Out;
+}
+
 }  // namespace
 
 InstrOperands instrOperands(const EngineImpl &E, const MCInst &MI) {
@@ -109,6 +138,7 @@ InstrOperands instrOperands(const EngineImpl &E, const MCInst &MI) {
   for (const MCPhysReg *R = D.getImplicitUses(); R && *R; ++R) O.reads.push_back(widest(*E.MRI, *R));
   for (const MCPhysReg *R = D.getImplicitDefs(); R && *R; ++R) O.writes.push_back(widest(*E.MRI, *R));
 #endif
+  O.merges = partialMerges(E, MI, D);
   for (auto *V : {&O.reads, &O.writes}) {
     std::sort(V->begin(), V->end());
     V->erase(std::unique(V->begin(), V->end()), V->end());

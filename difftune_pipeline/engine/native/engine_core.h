@@ -105,6 +105,7 @@ struct InstrOperands {
   bool may_load = false, may_store = false;
   bool dependency_breaking = false;  // zero idiom / dependency-breaking: its register reads are dropped
   bool stack_op = false;  // push/pop: under the stack engine they neither read nor write RSP
+  std::vector<std::string> merges;   // what a partial write waits for under partial_register (widened)
   std::string address;               // the memory operand (base,scale,index,disp,segment); "" if none
 };
 

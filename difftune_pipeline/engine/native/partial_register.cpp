@@ -14,6 +14,12 @@ static bool isHigh8(const EngineImpl &E, MCRegister R) {
   return Name == "AH" || Name == "BH" || Name == "CH" || Name == "DH";
 }
 
+MCRegister mergedInto(const EngineImpl &E, MCRegister R) {
+  if (!R || isHigh8(E, R)) return MCRegister();
+  const auto Full = llvm::find_if(E.Gpr64, [&](MCRegister G) { return G != R && E.MRI->isSubRegister(G, R); });
+  return Full == E.Gpr64.end() ? MCRegister() : *Full;
+}
+
 unsigned mergePartialWrites(const EngineImpl &E, SmallVectorImpl<std::unique_ptr<mca::Instruction>> &Lowered,
                             std::vector<std::unique_ptr<mca::ReadDescriptor>> &Owned) {
   unsigned Changed = 0;
@@ -28,13 +34,12 @@ unsigned mergePartialWrites(const EngineImpl &E, SmallVectorImpl<std::unique_ptr
     SmallVector<MCRegister, 2> Merged;
     for (const mca::WriteState &W : Inst->getDefs()) {
       const MCRegister R = W.getRegisterID();
-      if (!R || W.clearsSuperRegisters() || isHigh8(E, R)) continue;
-      const auto Full = llvm::find_if(E.Gpr64, [&](MCRegister G) { return G != R && E.MRI->isSubRegister(G, R); });
-      if (Full == E.Gpr64.end()) continue;  // not a part of a general-purpose register
+      const MCRegister Full = W.clearsSuperRegisters() ? MCRegister() : mergedInto(E, R);
+      if (!Full) continue;
       const bool Read = llvm::any_of(Uses, [&](const mca::ReadState &U) {
         return U.getRegisterID() && E.MRI->regsOverlap(U.getRegisterID(), R);
       });
-      if (!Read && !llvm::is_contained(Merged, *Full)) Merged.push_back(*Full);
+      if (!Read && !llvm::is_contained(Merged, Full)) Merged.push_back(Full);
     }
     for (MCRegister Full : Merged) {
       Owned.push_back(std::make_unique<mca::ReadDescriptor>());

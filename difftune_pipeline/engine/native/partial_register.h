@@ -12,6 +12,10 @@
 
 namespace dt {
 
+// The 64-bit general-purpose register a write of R merges into, or none (R is
+// not a part of one, or is AH to DH, renamed apart).
+llvm::MCRegister mergedInto(const EngineImpl &E, llvm::MCRegister R);
+
 // Adds to each such instruction of Lowered that does not load a read of the
 // full 64-bit register it partially writes; returns how many it changed. The
 // reads' descriptors are kept in Owned, which must outlive the simulation.
