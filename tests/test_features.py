@@ -17,7 +17,8 @@ from difftune_pipeline.model.graph import (
     without_stack_updates,
 )
 from difftune_pipeline.model.params import ParamSpace
-from difftune_pipeline.surrogates.structured import StructuredBlocks, bounds
+from difftune_pipeline.surrogates.structured import bounds
+from difftune_pipeline.surrogates.structured_blocks import StructuredBlocks
 
 
 def test_operands_come_from_llvm(haswell):
@@ -189,3 +190,33 @@ def test_a_partial_write_merges_in_the_graph_as_in_the_engine(haswell):
     assert engine == [100.0, 200.0] and carried == [1.0, 2.0]
     plain = BlockGraphs.build([dependencies(block.operands)], [2]).select([0])
     assert latency_bounds(torch.tensor([[1.0, 2.0]]), torch.zeros(1, 2), plain)[1].item() == 0.0
+
+
+def test_what_the_engine_eliminates_costs_nothing_in_the_bounds(haswell):
+    """Under ``locked`` the lock prefix is part of the instruction after it, and a
+    macro-fused jcc runs in the compare's µop: neither their latency nor their
+    ports move the engine, nor the structured surrogate's bounds."""
+    blocks = [
+        harness.accesses(b, "bhive").attach(b)
+        for b in map(haswell.parse_asm, ("lock\nxaddl %ecx, (%rdi)", "cmpq %rax, %rbx\njne .+2"))
+    ]
+    table = haswell.default_table(blocks).with_model((*extended.for_cpu("haswell"), "locked"), "bhive")
+    keys = sorted({k for b in blocks for k in b.row_keys})
+    space = ParamSpace.create(keys, haswell, table)
+    batch = StructuredBlocks.build(blocks, space.index, table.mechanisms).select(torch.tensor([0, 1]))
+    contain = torch.tensor(containment(haswell.resources()), dtype=torch.float32)
+    engine, bound = [], []
+    for scale in (1, 3):
+        t = table.copy()
+        for key in ("LOCK_PREFIX", blocks[1].row_keys[1]):
+            row = table.rows[key]
+            t.rows[key] = {
+                **row,
+                "latency": [scale * x for x in row["latency"]],
+                "ports": {**row["ports"], "HWPort6": 4 * scale},
+            }
+        engine.append(haswell.simulate(blocks, t).predicted("steady").tolist())
+        matrix, globals_ = (torch.tensor(a) for a in space.encode(t))
+        params = torch.cat([matrix, torch.zeros(1, matrix.shape[1])])[batch.rows]
+        bound.append(bounds(params, globals_.expand(2, -1), batch, contain, space.globals).tolist())
+    assert engine[0] == engine[1] and bound[0] == bound[1]

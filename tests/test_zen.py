@@ -14,7 +14,8 @@ from difftune_pipeline.engine.table import GLOBALS
 from difftune_pipeline.model.features import containment
 from difftune_pipeline.model.metrics import mape
 from difftune_pipeline.model.params import READ_ADVANCE_SLOTS
-from difftune_pipeline.surrogates.structured import StructuredBlocks, bounds, n_bounds
+from difftune_pipeline.surrogates.structured import bounds, n_bounds
+from difftune_pipeline.surrogates.structured_blocks import StructuredBlocks
 
 ANICA = Path(__file__).parent / "data" / "anica_zenplus_60.csv"
 

@@ -30,7 +30,7 @@ CODE_VERSIONS = {
     "features": "3",
     "sampled_tables": "2",
     "simulations": "2",
-    "surrogate": "13",
+    "surrogate": "14",
     "learned_params": "19",
     "evaluation": "7",
 }

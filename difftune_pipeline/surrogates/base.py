@@ -104,9 +104,7 @@ class Surrogate:
     clip: float | None = None  # gradient-norm clipping
     eval_batch: int = 4096  # pairs per forward pass when measuring fidelity
 
-    def __init__(
-        self, row_keys: list[str], config, model: nn.Module | None = None, globals_=GLOBALS, mechanisms=()
-    ):
+    def __init__(self, row_keys: list[str], config, model: nn.Module | None = None, globals_=GLOBALS, mechanisms=()):
         self.row_keys, self.config, self.model = list(row_keys), config, model
         self.row_index = {k: i for i, k in enumerate(self.row_keys)}
         self.globals = tuple(globals_)  # the table's globals it reads, in ParamSpace order

@@ -38,22 +38,13 @@ from torch import nn
 
 from difftune_pipeline.engine.table import GLOBALS
 from difftune_pipeline.model.features import containment
-from difftune_pipeline.model.graph import (
-    BatchGraph,
-    BlockGraphs,
-    dependencies,
-    latency_bounds,
-    memory_dependencies,
-    with_partial_merges,
-    without_stack_updates,
-)
+from difftune_pipeline.model.graph import latency_bounds
 from difftune_pipeline.model.params import READ_ADVANCE_SLOTS
 from difftune_pipeline.model.sampling import PairBatch, PairFile, Pairs, Split
 from difftune_pipeline.surrogates.base import FitConfig, Surrogate, moved
+from difftune_pipeline.surrogates.structured_blocks import DRAINS, STATIC, Batch, StructuredBlocks
 
-STATIC = ["n_insts", "loads", "stores", "regs_read", "regs_written", "memory_deps"]
 MSROM_UOPS = 4  # fused µops a decode cycle of a microcoded instruction (engine/native/front_end.h, kMsromUops)
-DRAINS = ("zero_shift_penalty", "lock_penalty", "x87_assist_penalty")  # the globals of Batch.drains' columns
 
 
 @dataclass
@@ -64,91 +55,6 @@ class StructuredConfig(FitConfig):
     batch: int = 512
 
 
-@dataclass
-class Batch:
-    """A batch of blocks padded to its longest: each instruction's row (-1: none,
-    the zero row), the dependency graph, the static features and what the front
-    end reads (µops micro-fusion saves and macro-fused jccs per instruction;
-    bytes and decoded instructions per block)."""
-
-    rows: torch.Tensor  # [B, N]
-    graph: BatchGraph
-    static: torch.Tensor  # [B, len(STATIC)]
-    micro: torch.Tensor  # [B, N]
-    macro: torch.Tensor  # [B, N] 1.0 where a jcc is fused into the instruction before it
-    front: torch.Tensor  # [B, 3] bytes, decoded instructions, instructions
-    drains: torch.Tensor  # [B, 3] instructions waiting for a zero-count shift's assist, locked ones, x87 faults
-
-
-@dataclass
-class StructuredBlocks:
-    """Blocks with their dependency graphs; ``select`` makes a batch."""
-
-    rows: list[torch.Tensor]
-    graphs: BlockGraphs
-    static: torch.Tensor
-    n_insts: torch.Tensor
-    micro: list[torch.Tensor]
-    macro: list[torch.Tensor]
-    front: torch.Tensor
-    drains: torch.Tensor
-
-    @classmethod
-    def build(cls, blocks: list, row_index: dict[str, int], mechanisms=()) -> StructuredBlocks:
-        """The graph as the extended model's ``mechanisms`` time it: under ``memory``
-        store→load edges come from each block's recorded accesses, timed; under
-        ``stack_engine`` no chain runs through RSP from push and pop (the engine's
-        stack operations); under ``partial_register`` a partial write reads what it merges into."""
-        memory = "memory" in mechanisms
-        rows, edges, static, micro, macro, front, drains = [], [], [], [], [], [], []
-        for block in blocks:
-            ops = without_stack_updates(block.operands) if "stack_engine" in mechanisms else block.operands
-            if "partial_register" in mechanisms:
-                ops = with_partial_merges(ops)
-            rows.append(torch.tensor([row_index.get(k, len(row_index)) for k in block.row_keys], dtype=torch.long))
-            deps = dependencies(ops)
-            if memory and block.accesses:
-                deps = [e for e in deps if e.kind != "memory"] + memory_dependencies(block.accesses, len(ops))
-            edges.append(deps)
-            fe = block.front_end or [(1, 0, False)] * len(ops)
-            micro.append(torch.tensor([m for _, m, _ in fe], dtype=torch.float32))
-            macro.append(torch.tensor([float(f) for _, _, f in fe], dtype=torch.float32))
-            front.append([sum(b for b, _, _ in fe), len(fe) - sum(f for _, _, f in fe), len(fe)])
-            serial = block.serialising
-            drains.append([sum(column) for column in zip(*serial)] if serial else [0] * len(DRAINS))
-            static.append(
-                [
-                    len(ops),
-                    sum(o["may_load"] for o in ops),
-                    sum(o["may_store"] for o in ops),
-                    len({r for o in ops for r in o["reads"]}),
-                    len({r for o in ops for r in o["writes"]}),
-                    sum(e.kind == "memory" for e in edges[-1]),
-                ]
-            )
-        return cls(
-            rows,
-            BlockGraphs.build(edges, [len(r) for r in rows], memory),
-            torch.tensor(static, dtype=torch.float32),
-            torch.tensor([len(r) for r in rows], dtype=torch.long),
-            micro,
-            macro,
-            torch.tensor(front, dtype=torch.float32).reshape(-1, 3),
-            torch.tensor(drains, dtype=torch.float32).reshape(-1, len(DRAINS)),
-        )
-
-    def select(self, idx: torch.Tensor) -> Batch:
-        idx = idx.tolist()
-        graph = self.graphs.select(idx)
-        rows = torch.full((len(idx), graph.width), -1, dtype=torch.long)
-        micro, macro = torch.zeros(len(idx), graph.width), torch.zeros(len(idx), graph.width)
-        for b, i in enumerate(idx):
-            rows[b, : len(self.rows[i])] = self.rows[i]
-            micro[b, : len(self.micro[i])] = self.micro[i]
-            macro[b, : len(self.macro[i])] = self.macro[i]
-        return Batch(rows, graph, self.static[idx], micro, macro, self.front[idx], self.drains[idx])
-
-
 def bounds(
     params: torch.Tensor, globals_: torch.Tensor, batch: Batch, contain: torch.Tensor, names=GLOBALS
 ) -> torch.Tensor:
@@ -157,9 +63,10 @@ def bounds(
     iteration) and, last, the critical path of one iteration. ``params`` [B, N, P]
     are raw parameter values per instruction (columns of ``ParamSpace``);
     ``globals_`` [B, G] in ``names`` order."""
-    lat, uops = params[..., 0], params[..., 1]
+    executes = 1.0 - batch.macro  # a macro-fused jcc executes in the µop before it (the engine eliminates it)
+    lat, uops = params[..., 0] * executes, params[..., 1]
     adv = params[..., 2 : 2 + READ_ADVANCE_SLOTS].amax(-1)
-    ports = params[..., 2 + READ_ADVANCE_SLOTS :]
+    ports = params[..., 2 + READ_ADVANCE_SLOTS :] * executes.unsqueeze(-1)
     pressure = (ports.sum(1) @ contain).amax(-1)
     dispatch = uops.sum(1) / globals_[:, 0].clamp(min=1.0)
 
@@ -306,5 +213,6 @@ class StructuredSurrogate(Surrogate):
         model = StructuredModel(data["n_resources"], config.hidden, data["contain"], globals_)
         # a checkpoint saved before its mechanisms were: its inputs had the memory and the
         # stack engine's graph where their globals are, and no partial-register merges
-        legacy = [m for m, g in (("memory", "store_forward_latency"), ("stack_engine", "stack_sync_uops")) if g in globals_]
+        read = (("memory", "store_forward_latency"), ("stack_engine", "stack_sync_uops"))
+        legacy = [m for m, g in read if g in globals_]
         return cls(data["rows"], config, data["contain"], model, globals_, data.get("mechanisms", legacy))
