@@ -561,6 +561,23 @@ def test_the_gradient_moves_a_placeholder_as_far_as_a_small_value(simulated):
     assert 2 ** (np.log2(101) - 0.5 * rounds) - 2 <= latency <= 60
 
 
+def test_the_gradient_stays_above_the_floor_pruning_applies(simulated):
+    """Asked to lower every latency and µop count, the gradient stops where pruning's
+    physics would raise them again: no latency or µop count below min(1, LLVM's)."""
+    from difftune_pipeline.tuners.gradient import TuneConfig, tune
+    from difftune_pipeline.tuners.pruning import physical
+
+    problem = _gradient_problem(simulated)
+    view, n, default = problem.surrogate, len(problem.blocks), problem.default
+    config = TuneConfig(steps=12, validate_every=3, lr=0.5, trust=4.0, refit_steps=0)
+    cheaper = lambda m, g, idx: m[:, :2].sum() * torch.ones(len(idx))  # noqa: E731
+    args = (n, view.space, default, problem.measured / 100, problem.score, config)
+    best, history = tune(cheaper, *args, log=lambda *_: None, simulate=problem.train_cycles)
+    assert any(h.get("kept") for h in history)
+    lowered = [k for k in view.space.keys if best.rows[k]["latency"][:1] < default.rows[k]["latency"][:1]]
+    assert lowered and physical(best, default)[1] == []
+
+
 def test_rows_in_one_train_block_move_with_their_siblings(simulated):
     """Widths of one opcode that each have a single train block are tied, as the search
     ties them: the gradient gives them one value, and pruning then finds them agreeing."""

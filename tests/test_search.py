@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from difftune_pipeline.engine import InvalidTable, ParamTable
+from difftune_pipeline.engine import Engine, InvalidTable, ParamTable
 from difftune_pipeline.tuners.base import borrowed_units
 from difftune_pipeline.tuners.direct import search
 from difftune_pipeline.tuners.moves import gradient_proposer, moves
@@ -146,13 +146,15 @@ def test_train_simulations_fast_forward_as_configured(haswell, haswell_train, mo
     are simulated to the end. The val score it is handed is not its business."""
     blocks, measured = haswell_train
     default = haswell.default_table(blocks)
-    simulate_pairs, seen = haswell.simulate_pairs, []
+    simulate_pairs, seen = Engine.simulate_pairs, []
 
-    def spy(*args, fast_forward=False, **kwargs):
+    def spy(self, *args, fast_forward=False, **kwargs):
         seen.append(fast_forward)
-        return simulate_pairs(*args, fast_forward=fast_forward, **kwargs)
+        return simulate_pairs(self, *args, fast_forward=fast_forward, **kwargs)
 
-    monkeypatch.setattr(haswell, "simulate_pairs", spy)
+    # on the class: undoing a patch of the shared engine would leave it an attribute of its
+    # own, and a later test's patch of the class would never reach it
+    monkeypatch.setattr(Engine, "simulate_pairs", spy)
     for fast_forward, measure in ((True, "steady"), (False, "steady"), (True, "total")):
         seen.clear()
         config = SearchConfig(budget=2000, rounds=1, fast_forward=fast_forward)

@@ -12,8 +12,7 @@ import numpy as np
 
 from difftune_pipeline.engine import Engine, ParamTable
 from difftune_pipeline.tuners.base import Problem
-from difftune_pipeline.tuners.gradient import gradient
-from difftune_pipeline.tuners.moves import Proposer, gradient_proposer
+from difftune_pipeline.tuners.moves import Proposer, gradient, gradient_proposer
 from difftune_pipeline.tuners.screen import SurrogateScreen
 from difftune_pipeline.tuners.search import Search, SearchConfig
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -32,7 +32,7 @@ import torch
 
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.model.params import ParamSpace
-from difftune_pipeline.surrogates import Predict, mape_loss, relative_error
+from difftune_pipeline.surrogates import Predict, mape_loss
 from difftune_pipeline.tuners import active_learning
 from difftune_pipeline.tuners.active_learning import around, fidelity, visit
 from difftune_pipeline.tuners.base import (
@@ -44,6 +44,7 @@ from difftune_pipeline.tuners.base import (
     sibling_groups,
 )
 from difftune_pipeline.tuners.fidelity import fidelity_near
+from difftune_pipeline.tuners.pruning import physical
 
 REFIT_ON = ("levels", "differences")
 
@@ -132,7 +133,8 @@ def tune(
     offset, confirmed_train = learn_around(start)
     lr = config.lr
     theta, gvec, optimizer = _start(space, confirmed, lr)
-    bounds = _trust_region(space, confirmed, config.trust) if config.anchored else None
+    floor = _floor(space, reference or start)
+    bounds = _trust_region(space, confirmed, config.trust, floor) if config.anchored else None
     for step in range(1, config.steps + 1):
         idx = torch.tensor(rng.choice(n_blocks, size=min(config.batch_blocks, n_blocks), replace=False))
         loss = mape_loss(predict(_values(theta), _values(gvec), idx) + offset[idx], truth[idx])
@@ -141,7 +143,7 @@ def tune(
         objective.backward()
         optimizer.step()
         with torch.no_grad():
-            for tensor, (low, high) in zip((theta, gvec), bounds or [(0.0, None)] * 2):
+            for tensor, (low, high) in zip((theta, gvec), bounds or [(f, None) for f in floor]):
                 tensor.clamp_(low, high)
             for rows in tied:
                 theta[rows] = theta[rows].mean(0)
@@ -169,7 +171,7 @@ def tune(
             confirmed, at_confirmed, offset, confirmed_train = candidate, visited[-1], candidate_offset, train
             if config.around:
                 offset, confirmed_train = learn_around(confirmed)
-            bounds = _trust_region(space, confirmed, config.trust)
+            bounds = _trust_region(space, confirmed, config.trust, floor)
         val = score(candidate)
         history.append({**entry, "val_mape": val, **({"kept": True} if config.anchored else {})})
         log(
@@ -216,30 +218,25 @@ def _start(space: ParamSpace, table: ParamTable, lr: float):
     return theta, gvec, torch.optim.Adam([theta, gvec], lr=lr)
 
 
-def _trust_region(space: ParamSpace, table: ParamTable, trust: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Bounds of the table's parameters and globals, ``trust`` log_scale units either side of ``table``."""
-    return [(torch.clamp(u - trust, min=0), u + trust) for u in _units(space, table)]
+def _floor(space: ParamSpace, default: ParamTable) -> list[torch.Tensor]:
+    """The physics floor pruning applies (``pruning.physical``: latency and µops no
+    lower than ``min(1, LLVM's)``), in log_scale units, nothing below zero elsewhere:
+    a table under it would be confirmed or refused on values it cannot keep."""
+    zero = {"uops": 0, "read_advance": [], "ports": {}}
+    lowest = {k: {**r, **zero, "latency": [0] * len(r["latency"])} for k, r in default.rows.items()}
+    rows, _ = _units(space, physical(replace(default, rows=lowest), default)[0])
+    return [rows, torch.zeros(len(space.globals))]
+
+
+def _trust_region(
+    space: ParamSpace, table: ParamTable, trust: float, floor: list[torch.Tensor]
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Bounds of the table's parameters and globals: ``trust`` log_scale units around ``table``, above ``floor``."""
+    return [(torch.maximum(u - trust, f), torch.maximum(u + trust, f)) for u, f in zip(_units(space, table), floor)]
 
 
 def _same(space: ParamSpace, a: ParamTable, b: ParamTable) -> bool:
     return all(np.array_equal(x, y) for x, y in zip(space.encode(a), space.encode(b)))
-
-
-def gradient(
-    predict: Predict, n_blocks: int, space: ParamSpace, table: ParamTable, measured: np.ndarray, batch: int = 512
-) -> dict[str, np.ndarray]:
-    """d(train MAPE through the surrogate)/d(parameters) at ``table``, per row of
-    the space: what the surrogate says each parameter would do to the error."""
-    matrix, globals_ = space.encode(table)
-    theta = torch.tensor(matrix, requires_grad=True)
-    g = torch.tensor(globals_)
-    truth = torch.tensor(measured, dtype=torch.float32)
-    for start in range(0, n_blocks, batch):
-        idx = torch.arange(start, min(n_blocks, start + batch))
-        loss = relative_error(predict(theta, g, idx), truth[idx]).sum() / n_blocks
-        loss.backward()
-    grad = theta.grad.numpy()
-    return {key: grad[i] for i, key in enumerate(space.keys) if np.any(grad[i])}
 
 
 def tied_rows(space: ParamSpace, problem: Problem) -> list[list[int]]:

@@ -8,8 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import torch
 
+from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.engine.table import canonical_row
+from difftune_pipeline.model.params import ParamSpace
+from difftune_pipeline.surrogates import Predict, relative_error
 from difftune_pipeline.tuners.base import log_scale
 
 Proposer = Callable[[str, dict], list]
@@ -78,6 +82,23 @@ def distance(row: dict, reference: dict) -> float:
         ]
     ).T
     return float(np.abs(log_scale(mine) - log_scale(theirs)).sum())
+
+
+def gradient(
+    predict: Predict, n_blocks: int, space: ParamSpace, table: ParamTable, measured: np.ndarray, batch: int = 512
+) -> dict[str, np.ndarray]:
+    """d(train MAPE through the surrogate)/d(parameters) at ``table``, per row of
+    the space: what the surrogate says each parameter would do to the error."""
+    matrix, globals_ = space.encode(table)
+    theta = torch.tensor(matrix, requires_grad=True)
+    g = torch.tensor(globals_)
+    truth = torch.tensor(measured, dtype=torch.float32)
+    for start in range(0, n_blocks, batch):
+        idx = torch.arange(start, min(n_blocks, start + batch))
+        loss = relative_error(predict(theta, g, idx), truth[idx]).sum() / n_blocks
+        loss.backward()
+    grad = theta.grad.numpy()
+    return {key: grad[i] for i, key in enumerate(space.keys) if np.any(grad[i])}
 
 
 def gradient_proposer(
