@@ -81,7 +81,7 @@ def bounds(
     )
     per_iteration = [pressure, dispatch, recurrence]
     if "issue_width" in names:
-        fused = torch.maximum(uops - batch.micro, uops.clamp(max=1.0)) * (1.0 - batch.macro)
+        fused = torch.maximum(uops - batch.micro, uops.clamp(max=1.0)) * executes
         # the first decoder, a cycle for each instruction above the simple decoders'
         # µops (a step, relaxed over one µop) and for each MSROM_UOPS µops of a microcoded one
         complex_ = (fused - g("simple_decoder_uops")[:, None]).clamp(0.0, 1.0) + torch.relu(fused / MSROM_UOPS - 1.0)

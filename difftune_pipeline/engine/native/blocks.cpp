@@ -76,14 +76,10 @@ void encode(const EngineImpl &E, MCContext &Ctx, BlockImpl &B) {
 
 // The full registers mergePartialWrites makes the instruction read, from its
 // MCInst: a write that does not clear its super-register (as MCA's InstrBuilder
-// asks the target) of a part of one, not read by the instruction, neither a load
-// nor a dependency-breaking idiom.
+// asks the target) of a part of one, not read by the instruction. Loads and
+// dependency-breaking idioms merge nothing: the caller asks only for the others.
 std::vector<std::string> partialMerges(const EngineImpl &E, const MCInst &MI, const MCInstrDesc &D) {
   std::vector<std::string> Out;
-  APInt Mask;
-  if (D.mayLoad() || E.MCIA->isZeroIdiom(MI, Mask, E.SM->getProcessorID()) ||
-      E.MCIA->isDependencyBreaking(MI, Mask, E.SM->getProcessorID()))
-    return Out;
   SmallVector<MCRegister, 4> Defs, Uses;
   for (unsigned I = 0; I < MI.getNumOperands(); ++I)
     if (MI.getOperand(I).isReg() && MI.getOperand(I).getReg())
@@ -138,7 +134,7 @@ InstrOperands instrOperands(const EngineImpl &E, const MCInst &MI) {
   for (const MCPhysReg *R = D.getImplicitUses(); R && *R; ++R) O.reads.push_back(widest(*E.MRI, *R));
   for (const MCPhysReg *R = D.getImplicitDefs(); R && *R; ++R) O.writes.push_back(widest(*E.MRI, *R));
 #endif
-  O.merges = partialMerges(E, MI, D);
+  if (!O.may_load && !O.dependency_breaking) O.merges = partialMerges(E, MI, D);
   for (auto *V : {&O.reads, &O.writes}) {
     std::sort(V->begin(), V->end());
     V->erase(std::unique(V->begin(), V->end()), V->end());
