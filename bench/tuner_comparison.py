@@ -2,9 +2,12 @@
 direct search alone; the surrogate's gradient alone; the profile's composition.
 Each table is learned as ``materialize`` learns it (``steps.learn``, the
 profile's settings, pruning included, the one search budget) from the stored
-simulations and surrogate. Per row: val and test MAPE / τ, and each stage's val
-gain. Its costs are the engine's simulations while tuning, the sampled pairs the
-surrogate learned from, its training time and the tuning time.
+simulations and surrogate; then, for each composition, the direct search again
+with the composition's engine simulations as its budget (the same budget side
+by side: the direct search stops where no move pays, so it may spend less).
+Per row: val and test MAPE / τ, and each stage's val gain. Its costs are the
+engine's simulations while tuning, the sampled pairs the surrogate learned
+from, its training time and the tuning time.
 
     .venv/bin/python bench/tuner_comparison.py --db WAREHOUSE --mcpu haswell [--profile full]
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import polars as pl
@@ -31,6 +35,8 @@ from difftune_pipeline.warehouse import simulations, tables
 
 OUT = Path(__file__).parent / "out"
 ROWS = {"direct": "direct search alone", "surrogate": "the surrogate's gradient alone"}
+COMPOSITION = "the pipeline's composition"
+AT_BUDGET = "at the composition's simulations"
 
 
 def main() -> None:
@@ -55,34 +61,47 @@ def main() -> None:
     )
     rows = [_row("LLVM's values", ctx, default, {})]
     for tuner in args.tuners.split(",") if args.tuners else ("direct", "surrogate", settings.tuner):
-        chosen = steps.StepContext(args.db, ctx.engine, override(settings, {"tuner": tuner}))
-        table_id = steps.learn(chosen, log=print).table_id
-        note = json.loads(tables.table_note(args.db, table_id))
-        uses_surrogate = note["surrogate"] is not None
         rows.append(
-            _row(
-                ROWS.get(tuner, f"the pipeline's composition ({tuner})"),
-                ctx,
-                tables.load_table(args.db, table_id),
-                {
-                    "tuning_simulations": sum(s["engine_simulations"] for s in note["stages"]),
-                    "surrogate_pairs": pairs if uses_surrogate else 0,
-                    "surrogate_train_s": round(surrogate["train_seconds"]) if uses_surrogate else 0,
-                    "tuning_s": round(note["seconds"]),
-                    "val_gain_by_stage": ", ".join(f"{s['stage']} {-100 * s['val_gain']:+.2f}" for s in note["stages"]),
-                    "near_anchored_pct": next(
-                        (round(100 * s["near_anchored_mape"], 2) for s in note["stages"] if "near_anchored_mape" in s),
-                        None,
-                    ),
-                },
+            _learned(
+                ctx, override(settings, {"tuner": tuner}), ROWS.get(tuner, f"{COMPOSITION} ({tuner})"), pairs, surrogate
             )
         )
+    for composition in [r for r in rows if r["tuner"].startswith(COMPOSITION)]:
+        # the direct search given the composition's engine simulations (and rounds in proportion to spend them)
+        budget = composition["tuning_simulations"]
+        rounds = math.ceil(settings.search.rounds * budget / settings.search.budget)
+        changes = {"tuner": "direct", "search.budget": budget, "search.rounds": max(rounds, settings.search.rounds)}
+        rows.append(_learned(ctx, override(settings, changes), f"{ROWS['direct']}, {AT_BUDGET}", pairs, surrogate))
     frame = pl.DataFrame(rows)
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=250, tbl_hide_dataframe_shape=True, fmt_str_lengths=90):
         print(frame)
     _against_direct(rows)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"tuner_comparison-{args.mcpu}-{args.profile}.json").write_text(json.dumps(rows, indent=1))
+
+
+def _learned(ctx: steps.StepContext, settings, name: str, pairs: int, surrogate: dict) -> dict:
+    """The row of the table ``steps.learn`` learns (or read back) under ``settings``."""
+    chosen = steps.StepContext(ctx.db, ctx.engine, settings)
+    table_id = steps.learn(chosen, log=print).table_id
+    note = json.loads(tables.table_note(ctx.db, table_id))
+    uses_surrogate = note["surrogate"] is not None
+    return _row(
+        name,
+        ctx,
+        tables.load_table(ctx.db, table_id),
+        {
+            "tuning_simulations": sum(s["engine_simulations"] for s in note["stages"]),
+            "surrogate_pairs": pairs if uses_surrogate else 0,
+            "surrogate_train_s": round(surrogate["train_seconds"]) if uses_surrogate else 0,
+            "tuning_s": round(note["seconds"]),
+            "val_gain_by_stage": ", ".join(f"{s['stage']} {-100 * s['val_gain']:+.2f}" for s in note["stages"]),
+            "near_anchored_pct": next(
+                (round(100 * s["near_anchored_mape"], 2) for s in note["stages"] if "near_anchored_mape" in s),
+                None,
+            ),
+        },
+    )
 
 
 def _against_direct(rows: list[dict]) -> None:
@@ -96,11 +115,14 @@ def _against_direct(rows: list[dict]) -> None:
         gained, searched = (base[f"{split}_pct"] - r[f"{split}_pct"] for r in (gradient, direct))
         share = f"{100 * gained / searched:.0f}% of the direct search's {searched:.2f}"
         print(f"the gradient alone gains {gained:.2f} points of {split}, {share}")
+    at_budget = by.get(f"{ROWS['direct']}, {AT_BUDGET}", direct)
     for r in rows:
-        if r["tuner"].startswith("the pipeline's composition"):
+        if r["tuner"].startswith(COMPOSITION):
             print(
                 f"{r['tuner']}: {direct['test_pct'] - r['test_pct']:+.2f} points of test better than the direct search "
-                f"alone, with {r['tuning_simulations'] / direct['tuning_simulations']:.2f} times its simulations"
+                f"alone, with {r['tuning_simulations'] / direct['tuning_simulations']:.2f} times its simulations; "
+                f"{at_budget['test_pct'] - r['test_pct']:+.2f} (val {at_budget['val_pct'] - r['val_pct']:+.2f}) "
+                f"better than the direct search given its simulations ({at_budget['tuning_simulations']} spent)"
             )
 
 

@@ -583,7 +583,8 @@ def test_rows_in_one_train_block_move_with_their_siblings(simulated):
     ties them: the gradient gives them one value, and pruning then finds them agreeing."""
     from difftune_pipeline.engine.table import canonical_row
     from difftune_pipeline.tuners.base import sibling_groups
-    from difftune_pipeline.tuners.gradient import TuneConfig, tied_rows, tune
+    from difftune_pipeline.tuners.credit import tied_rows
+    from difftune_pipeline.tuners.gradient import TuneConfig, tune
 
     problem = _gradient_problem(simulated)
     view, default = problem.surrogate, problem.default

@@ -31,7 +31,7 @@ CODE_VERSIONS = {
     "sampled_tables": "2",
     "simulations": "2",
     "surrogate": "14",
-    "learned_params": "20",
+    "learned_params": "21",
     "evaluation": "7",
 }
 

@@ -13,7 +13,9 @@ where θₖ is the last table the engine confirmed, so a block the surrogate get
 wrong at θₖ does not steer the table. A round is ``validate_every`` steps inside
 a trust region of ``trust`` ``log_scale`` units around θₖ; then the engine
 simulates the table reached on the train blocks, and it becomes θₖ only when its
-train MAPE is lower; otherwise the round starts again from θₖ with half the
+train MAPE is lower; otherwise the part of it the engine credits (the moved
+rows whose train blocks it made better, ``tuners.credit``) is judged so, and
+if that is refused too the round starts again from θₖ with half the
 step. Every table the engine simulated refits the surrogate (``refit_steps``).
 Without ``anchored``, DiffTune's own objective: the surrogate's levels, with
 the table scored on val every ``validate_every`` steps.
@@ -22,7 +24,6 @@ Either way the table with the best engine MAPE on val wins.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import ClassVar
@@ -33,7 +34,7 @@ import torch
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.surrogates import Predict, mape_loss
-from difftune_pipeline.tuners import active_learning
+from difftune_pipeline.tuners import active_learning, credit
 from difftune_pipeline.tuners.active_learning import around, fidelity, visit
 from difftune_pipeline.tuners.base import (
     FAILED_ERROR,
@@ -41,7 +42,6 @@ from difftune_pipeline.tuners.base import (
     check_prior,
     log_scale,
     predict_batched,
-    sibling_groups,
 )
 from difftune_pipeline.tuners.fidelity import fidelity_near
 from difftune_pipeline.tuners.pruning import physical
@@ -92,6 +92,7 @@ def tune(
     simulate: active_learning.Simulate | None = None,
     model: torch.nn.Module | None = None,
     tied: list[list[int]] = (),
+    uses: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[ParamTable, list[dict]]:
     """Optimise the table through ``predict(matrix, globals, block indices)`` (a
     differentiable surrogate) against ``measured`` train throughputs, and
@@ -100,7 +101,9 @@ def tune(
     needed when ``config.anchored``; with ``model`` (the module behind
     ``predict``) and ``config.refit_steps``, the surrogate is refitted in place
     to the engine's cycles at every table the engine simulated. The rows of each
-    group in ``tied`` (indices in ``space``) move as one. Returns the
+    group in ``tied`` (indices in ``space``) move as one. With ``uses`` (the
+    rows each train block uses, ``credit.incidence``), a round the engine refuses
+    is judged again as the part of it the engine credits (``tuners.credit``). Returns the
     table with the best ``score`` (engine MAPE on val) among the start table and
     the tables extracted along the optimisation, and the history."""
     if config.anchored and simulate is None:
@@ -161,14 +164,26 @@ def tune(
                 _refit(model, predict, fitted, config, rng)
                 offset, confirmed_train = _anchor(predict, n_blocks, at_confirmed, measured)
             candidate_offset, train = _anchor(predict, n_blocks, visited[-1], measured)
-            entry["train_mape"] = train
+            entry["train_mape"], part = train, None
+            if not train < confirmed_train and uses is not None:  # refused: the part of it the engine credits
+                refused = (candidate, visited[-1]), (confirmed, at_confirmed)
+                part = credit.engine_part(space, uses, tied, measured, simulate, *refused)
+            if part is not None:
+                candidate, visited[-1] = part
+                fitted.append((visited[-1], from_confirmed()))
+                candidate_offset, train = _anchor(predict, n_blocks, visited[-1], measured)
+                entry["round_train_mape"], entry["train_mape"] = entry["train_mape"], train
             if not train < confirmed_train:  # the engine does not confirm the round: half the step, from θₖ
                 lr = lr / 2
                 theta, gvec, optimizer = _start(space, confirmed, lr)
                 history.append({**entry, "val_mape": None, "kept": False})
-                log(f"tune: step {step}: engine train MAPE {100 * train:.2f}%, not kept")
+                whole = f"{100 * entry.get('round_train_mape', train):.2f}%"
+                part_note = f" (its credited part {100 * train:.2f}%)" if part else ""
+                log(f"tune: step {step}: engine train MAPE {whole}{part_note}, not kept")
                 continue
             confirmed, at_confirmed, offset, confirmed_train = candidate, visited[-1], candidate_offset, train
+            if part is not None:  # on from the part the engine kept, at the same step
+                theta, gvec, optimizer = _start(space, confirmed, lr)
             if config.around:
                 offset, confirmed_train = learn_around(confirmed)
             bounds = _trust_region(space, confirmed, config.trust, floor)
@@ -176,7 +191,8 @@ def tune(
         history.append({**entry, "val_mape": val, **({"kept": True} if config.anchored else {})})
         log(
             f"tune: step {step}: surrogate train MAPE {100 * loss.item():.2f}%, "
-            + (f"engine train MAPE {100 * entry['train_mape']:.2f}%, " if config.anchored else "")
+            + (f"engine train MAPE {100 * train:.2f}%, " if config.anchored else "")
+            + (f"the credited part of {100 * entry['round_train_mape']:.2f}%, " if "round_train_mape" in entry else "")
             + f"engine val MAPE {100 * val:.2f}%"
         )
         if val < best_score:
@@ -239,18 +255,6 @@ def _same(space: ParamSpace, a: ParamTable, b: ParamTable) -> bool:
     return all(np.array_equal(x, y) for x, y in zip(space.encode(a), space.encode(b)))
 
 
-def tied_rows(space: ParamSpace, problem: Problem) -> list[list[int]]:
-    """Rows in a single train block, grouped with their siblings (``tuners.base.sibling_groups``):
-    each group moves as one, as the search moves such rows, so that what one block
-    says about an opcode is said of its widths too, and pruning finds them agreeing."""
-    users = Counter(k for block in problem.blocks for k in dict.fromkeys(block.row_keys))
-    rare = [k for k in space.keys if users[k] == 1 and k in problem.default.rows]
-    groups: dict[tuple, list[int]] = {}
-    for key, group in sibling_groups(rare, problem.default, problem.engine.sched_classes).items():
-        groups.setdefault(group, []).append(space.index[key])
-    return [rows for rows in groups.values() if len(rows) > 1]
-
-
 class SurrogateTuner:
     """DiffTune: gradient descent on the table through the frozen surrogate,
     from the given table or (``start = "random"``) from a sampled one as DiffTune did."""
@@ -277,7 +281,8 @@ class SurrogateTuner:
             reference=problem.default,
             simulate=problem.train_cycles,
             model=problem.surrogate.model,
-            tied=tied_rows(space, problem),
+            tied=credit.tied_rows(space, problem),
+            uses=credit.incidence(space.keys, problem.blocks),
         )
         if problem.surrogate.val_predict is not None and len(problem.val_blocks):
             near = fidelity_near(problem, best, self.config.trust, seed=self.config.seed)
