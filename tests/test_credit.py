@@ -66,7 +66,8 @@ def test_a_refused_round_keeps_what_the_engine_credits(setting):
     """The surrogate says both rows should be slower; the engine agrees for ADD's
     blocks and says any move of MOV doubles its blocks' error. Each round is refused
     whole; its credited part (ADD's move) is kept, so the table learns ADD's latency
-    and leaves MOV's. Without the credit every round is refused and nothing is learned."""
+    and leaves MOV's, and the global the surrogate moves is held once the engine took it
+    back. Without the credit every round is refused and nothing is learned."""
     space, default = setting
     add, mov = (space.keys.index(k) for k in KEYS)
     n = 20
@@ -84,14 +85,24 @@ def test_a_refused_round_keeps_what_the_engine_credits(setting):
 
     def predict(matrix, globals_, idx):
         lat = torch.where(torch.tensor(on_add)[idx], matrix[add, 0], matrix[mov, 0])
-        return 100 * (1 + lat)
+        return 100 * (1 + lat) + 10 * globals_[0]  # and a global the engine does not care for
+
+    rounds = []
+
+    def simulate(table, positions=None):
+        if positions is None:
+            rounds.append(table)
+        return engine(table, positions)
 
     train = lambda t: float(np.mean(np.abs(engine(t) - measured) / measured))  # noqa: E731
     config = TuneConfig(steps=40, validate_every=10, lr=0.3, trust=1.0, refit_steps=0)
     args = (predict, n, space, default, measured, train, config)
-    best, history = tune(*args, log=lambda *_: None, simulate=engine, uses=credit.incidence(space.keys, blocks))
+    best, history = tune(*args, log=lambda *_: None, simulate=simulate, uses=credit.incidence(space.keys, blocks))
     assert _latency(best, "ADD64rr") > lat_add and best.rows["MOV64rr"] == default.rows["MOV64rr"]
     kept = [h for h in history if h.get("kept")]
     assert kept and all(h["train_mape"] < h["round_train_mape"] for h in kept)
+    # θ₀, then the first round, which moved the global; once the engine took it back it stays
+    assert len(rounds) > 3 and rounds[1].globals != default.globals
+    assert all(t.globals == default.globals for t in rounds[2:])
     without, history = tune(*args, log=lambda *_: None, simulate=engine)
     assert without == default and not any(h.get("kept") for h in history)

@@ -5,7 +5,9 @@ divider's latency, the decoders), though most of the others helped. Each moved
 row is credited with what the round did, on the engine's own cycles, to the
 train blocks it is in; the rows whose blocks it made better are kept (rows the
 gradient moves as one, ``tied_rows``, as one), the others and every global go
-back to the confirmed table. The engine then judges that part as it judged the round."""
+back to the confirmed table. The engine then judges that part as it judged the
+round, and the gradient holds the globals where they are from then on: a global's
+harm is every block's, and no credit tells it from the rows'."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ simulates the table reached on the train blocks, and it becomes θₖ only when 
 train MAPE is lower; otherwise the part of it the engine credits (the moved
 rows whose train blocks it made better, ``tuners.credit``) is judged so, and
 if that is refused too the round starts again from θₖ with half the
-step. Every table the engine simulated refits the surrogate (``refit_steps``).
+step (once the engine took the globals back, they stay). Every table the engine simulated refits the surrogate (``refit_steps``).
 Without ``anchored``, DiffTune's own objective: the surrogate's levels, with
 the table scored on val every ``validate_every`` steps.
 Either way the table with the best engine MAPE on val wins.
@@ -137,6 +137,7 @@ def tune(
     lr = config.lr
     theta, gvec, optimizer = _start(space, confirmed, lr)
     floor = _floor(space, reference or start)
+    still = False  # the globals held at θₖ's
     bounds = _trust_region(space, confirmed, config.trust, floor) if config.anchored else None
     for step in range(1, config.steps + 1):
         idx = torch.tensor(rng.choice(n_blocks, size=min(config.batch_blocks, n_blocks), replace=False))
@@ -186,7 +187,9 @@ def tune(
                 theta, gvec, optimizer = _start(space, confirmed, lr)
             if config.around:
                 offset, confirmed_train = learn_around(confirmed)
-            bounds = _trust_region(space, confirmed, config.trust, floor)
+            # globals the engine took back stay there: their harm is every block's, never credited
+            still = still or part is not None
+            bounds = _trust_region(space, confirmed, config.trust, floor, still)
         val = score(candidate)
         history.append({**entry, "val_mape": val, **({"kept": True} if config.anchored else {})})
         log(
@@ -245,10 +248,12 @@ def _floor(space: ParamSpace, default: ParamTable) -> list[torch.Tensor]:
 
 
 def _trust_region(
-    space: ParamSpace, table: ParamTable, trust: float, floor: list[torch.Tensor]
+    space: ParamSpace, table: ParamTable, trust: float, floor: list[torch.Tensor], still: bool = False
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Bounds of the table's parameters and globals: ``trust`` log_scale units around ``table``, above ``floor``."""
-    return [(torch.maximum(u - trust, f), torch.maximum(u + trust, f)) for u, f in zip(_units(space, table), floor)]
+    """Bounds of the table's parameters and globals: ``trust`` log_scale units around ``table``
+    (the globals held where they are when ``still``), above ``floor``."""
+    reach = (trust, 0.0 if still else trust)
+    return [(torch.maximum(u - r, f), torch.maximum(u + r, f)) for u, f, r in zip(_units(space, table), floor, reach)]
 
 
 def _same(space: ParamSpace, a: ParamTable, b: ParamTable) -> bool:
