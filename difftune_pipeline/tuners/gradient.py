@@ -15,11 +15,11 @@ a trust region of ``trust`` ``log_scale`` units around θₖ; then the engine
 simulates the table reached on the train blocks, and it becomes θₖ only when its
 train MAPE is lower; otherwise the part of it the engine credits (the moved
 rows whose train blocks it made better, ``tuners.credit``) is judged so, and
-if that is refused too the round starts again from θₖ with half the
-step (once the engine took the globals back, they stay). Every table the engine simulated refits the surrogate (``refit_steps``).
-Without ``anchored``, DiffTune's own objective: the surrogate's levels, with
-the table scored on val every ``validate_every`` steps.
-Either way the table with the best engine MAPE on val wins.
+if that is refused too the round starts again from θₖ with half the step
+(once the engine took the globals back, they stay). Every table the engine
+simulated refits the surrogate (``refit_steps``). Without ``anchored``, DiffTune's
+own objective: the surrogate's levels, with the table scored on val every
+``validate_every`` steps. Either way the table with the best engine MAPE on val wins.
 """
 
 from __future__ import annotations
