@@ -4,7 +4,9 @@ Each table is learned as ``materialize`` learns it (``steps.learn``, the
 profile's settings, pruning included, the one search budget) from the stored
 simulations and surrogate; then, for each composition, the direct search again
 with the composition's engine simulations as its budget (the same budget side
-by side: the direct search stops where no move pays, so it may spend less).
+by side, about: the composition's count includes its pruning and fidelity check,
+and the direct search prunes after spending it; it stops where no move pays, so
+it may spend less).
 Per row: val and test MAPE / τ, and each stage's val gain. Its costs are the
 engine's simulations while tuning, the sampled pairs the surrogate learned
 from, its training time and the tuning time.
@@ -36,7 +38,6 @@ from difftune_pipeline.warehouse import simulations, tables
 OUT = Path(__file__).parent / "out"
 ROWS = {"direct": "direct search alone", "surrogate": "the surrogate's gradient alone"}
 COMPOSITION = "the pipeline's composition"
-AT_BUDGET = "at the composition's simulations"
 
 
 def main() -> None:
@@ -61,17 +62,15 @@ def main() -> None:
     )
     rows = [_row("LLVM's values", ctx, default, {})]
     for tuner in args.tuners.split(",") if args.tuners else ("direct", "surrogate", settings.tuner):
-        rows.append(
-            _learned(
-                ctx, override(settings, {"tuner": tuner}), ROWS.get(tuner, f"{COMPOSITION} ({tuner})"), pairs, surrogate
-            )
-        )
+        name = ROWS.get(tuner, f"{COMPOSITION} ({tuner})")
+        rows.append(_learned(ctx, override(settings, {"tuner": tuner}), name, pairs, surrogate))
     for composition in [r for r in rows if r["tuner"].startswith(COMPOSITION)]:
-        # the direct search given the composition's engine simulations (and rounds in proportion to spend them)
+        # the direct search given every simulation the composition made, its pruning and fidelity
+        # check included (the direct search prunes too: it has a little more), rounds in proportion
         budget = composition["tuning_simulations"]
-        rounds = math.ceil(settings.search.rounds * budget / settings.search.budget)
+        rounds = math.ceil(settings.search.rounds * budget / max(1, settings.search.budget))
         changes = {"tuner": "direct", "search.budget": budget, "search.rounds": max(rounds, settings.search.rounds)}
-        rows.append(_learned(ctx, override(settings, changes), f"{ROWS['direct']}, {AT_BUDGET}", pairs, surrogate))
+        rows.append(_learned(ctx, override(settings, changes), _at_budget(composition), pairs, surrogate))
     frame = pl.DataFrame(rows)
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=250, tbl_hide_dataframe_shape=True, fmt_str_lengths=90):
         print(frame)
@@ -104,25 +103,33 @@ def _learned(ctx: steps.StepContext, settings, name: str, pairs: int, surrogate:
     )
 
 
+def _at_budget(composition: dict) -> str:
+    return f"{ROWS['direct']}, at the simulations of {composition['tuner']}"
+
+
 def _against_direct(rows: list[dict]) -> None:
-    """The issue's two ratios: what the gradient alone gains beside the direct search
-    alone, and by how much each composition beats it on test, with what share of its simulations."""
+    """The issue's ratios: what the gradient alone gains beside the direct search
+    alone, and by how much each composition beats it on test, with what share of
+    its simulations, and beats it given the composition's simulations."""
     by = {r["tuner"]: r for r in rows}
     base, direct, gradient = by[rows[0]["tuner"]], by.get(ROWS["direct"]), by.get(ROWS["surrogate"])
-    if direct is None:
-        return
-    for split in ("val", "test") if gradient else ():
+    for split in ("val", "test") if gradient and direct else ():
         gained, searched = (base[f"{split}_pct"] - r[f"{split}_pct"] for r in (gradient, direct))
         share = f"{100 * gained / searched:.0f}% of the direct search's {searched:.2f}"
         print(f"the gradient alone gains {gained:.2f} points of {split}, {share}")
-    at_budget = by.get(f"{ROWS['direct']}, {AT_BUDGET}", direct)
     for r in rows:
-        if r["tuner"].startswith(COMPOSITION):
+        if not r["tuner"].startswith(COMPOSITION):
+            continue
+        if direct:
             print(
                 f"{r['tuner']}: {direct['test_pct'] - r['test_pct']:+.2f} points of test better than the direct search "
-                f"alone, with {r['tuning_simulations'] / direct['tuning_simulations']:.2f} times its simulations; "
-                f"{at_budget['test_pct'] - r['test_pct']:+.2f} (val {at_budget['val_pct'] - r['val_pct']:+.2f}) "
-                f"better than the direct search given its simulations ({at_budget['tuning_simulations']} spent)"
+                f"alone, with {r['tuning_simulations'] / direct['tuning_simulations']:.2f} times its simulations"
+            )
+        if (same := by.get(_at_budget(r))) is not None:
+            print(
+                f"{r['tuner']}: {same['test_pct'] - r['test_pct']:+.2f} points of test (val "
+                f"{same['val_pct'] - r['val_pct']:+.2f}) better than the direct search given its "
+                f"{r['tuning_simulations']} simulations ({same['tuning_simulations']} spent)"
             )
 
 

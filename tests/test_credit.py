@@ -58,6 +58,9 @@ def test_the_part_keeps_the_rows_whose_blocks_got_better(setting):
     assert asked[0][0] is table and asked[0][1].tolist() == [0, 2]  # only the blocks the kept row is in
     assert engine.tolist() == [90.0, 100.0, 101.0]  # the confirmed table's cycles where nothing changed
     assert torch.equal(matrix, torch.tensor(space.encode(table)[0]))
+    # a block the engine refused under the candidate counts as far off: ADD, in it, is not kept
+    refused_add = (candidate, visit(space, candidate, lambda t, p=None: np.array([np.nan, 130.0, 105.0])))
+    assert credit.engine_part(space, uses, [], measured, simulate, refused_add, confirmed) is None
     # tied, ADD and MOV are credited as one (+20% in sum): nothing is kept
     assert credit.engine_part(space, uses, [[0, 1]], measured, simulate, refused, confirmed) is None
 
@@ -99,8 +102,10 @@ def test_a_refused_round_keeps_what_the_engine_credits(setting):
     args = (predict, n, space, default, measured, train, config)
     best, history = tune(*args, log=lambda *_: None, simulate=simulate, uses=credit.incidence(space.keys, blocks))
     assert _latency(best, "ADD64rr") > lat_add and best.rows["MOV64rr"] == default.rows["MOV64rr"]
+    # every kept round is a credited part (MOV's move always hurts), each better on the engine than the last
     kept = [h for h in history if h.get("kept")]
-    assert kept and all(h["train_mape"] < h["round_train_mape"] for h in kept)
+    assert len(kept) > 1 and all("round_train_mape" in h for h in kept)
+    assert [h["val_mape"] for h in kept] == sorted({h["val_mape"] for h in kept}, reverse=True)
     # θ₀, then the first round, which moved the global; once the engine took it back it stays
     assert len(rounds) > 3 and rounds[1].globals != default.globals
     assert all(t.globals == default.globals for t in rounds[2:])

@@ -31,7 +31,7 @@ CODE_VERSIONS = {
     "sampled_tables": "2",
     "simulations": "2",
     "surrogate": "14",
-    "learned_params": "22",
+    "learned_params": "23",
     "evaluation": "7",
 }
 

@@ -6,8 +6,8 @@ row is credited with what the round did, on the engine's own cycles, to the
 train blocks it is in; the rows whose blocks it made better are kept (rows the
 gradient moves as one, ``tied_rows``, as one), the others and every global go
 back to the confirmed table. The engine then judges that part as it judged the
-round, and the gradient holds the globals where they are from then on: a global's
-harm is every block's, and no credit tells it from the rows'."""
+round; once it confirms one, the gradient holds the globals where they are: a
+global's harm is every block's, and no credit tells it from the rows'."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def engine_part(
     elsewhere); None when no moved row helped. Tied rows are credited and kept as one."""
     (candidate, at_candidate), (table, at_table) = refused, confirmed
     harm = _errors(at_candidate[2].numpy(), measured) - _errors(at_table[2].numpy(), measured)
-    moved = np.array([candidate.rows.get(k) != table.rows.get(k) for k in space.keys])
+    moved = np.any(space.encode(candidate)[0] != space.encode(table)[0], axis=1)  # as the gradient reads them
     block, row = uses
     credit = np.zeros(len(space.keys))
     np.add.at(credit, row, harm[block])

@@ -16,7 +16,7 @@ simulates the table reached on the train blocks, and it becomes θₖ only when 
 train MAPE is lower; otherwise the part of it the engine credits (the moved
 rows whose train blocks it made better, ``tuners.credit``) is judged so, and
 if that is refused too the round starts again from θₖ with half the step
-(once the engine took the globals back, they stay). Every table the engine
+(once it confirms a part, the globals stay). Every table the engine
 simulated refits the surrogate (``refit_steps``). Without ``anchored``, DiffTune's
 own objective: the surrogate's levels, with the table scored on val every
 ``validate_every`` steps. Either way the table with the best engine MAPE on val wins.
@@ -187,7 +187,7 @@ def tune(
                 theta, gvec, optimizer = _start(space, confirmed, lr)
             if config.around:
                 offset, confirmed_train = learn_around(confirmed)
-            # globals the engine took back stay there: their harm is every block's, never credited
+            # once a part (θₖ's globals) is confirmed they stay: their harm is every block's, never credited
             still = still or part is not None
             bounds = _trust_region(space, confirmed, config.trust, floor, still)
         val = score(candidate)
