@@ -25,6 +25,11 @@ from difftune_pipeline.surrogates import Predict
 FAILED_ERROR = 10.0  # a train block the engine refuses under a table counts as 1000% off
 
 
+def block_errors(cycles: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """Each block's relative error under the engine's ``cycles`` (``FAILED_ERROR`` where it refused the block: NaN)."""
+    return np.where(np.isnan(cycles), FAILED_ERROR, np.abs(cycles - measured) / measured)
+
+
 def log_scale(value):
     """``sign(v) · log2(1 + |v|)``: the units the prior measures a move in. A
     halving costs about one unit whatever the value (98 → 49 as 1 → 0), so the

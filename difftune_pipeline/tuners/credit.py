@@ -15,11 +15,12 @@ from collections import Counter
 from dataclasses import replace
 
 import numpy as np
+import torch
 
 from difftune_pipeline.engine import ParamTable
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.tuners.active_learning import Simulate, Visit, visit
-from difftune_pipeline.tuners.base import FAILED_ERROR, Problem, sibling_groups
+from difftune_pipeline.tuners.base import Problem, block_errors, sibling_groups
 
 
 def incidence(keys: list[str], blocks: list) -> tuple[np.ndarray, np.ndarray]:
@@ -44,8 +45,8 @@ def engine_part(
     visit (the engine at the blocks it changes, the confirmed table's cycles
     elsewhere); None when no moved row helped. Tied rows are credited and kept as one."""
     (candidate, at_candidate), (table, at_table) = refused, confirmed
-    harm = _errors(at_candidate[2].numpy(), measured) - _errors(at_table[2].numpy(), measured)
-    moved = np.any(space.encode(candidate)[0] != space.encode(table)[0], axis=1)  # as the gradient reads them
+    harm = block_errors(at_candidate[2].numpy(), measured) - block_errors(at_table[2].numpy(), measured)
+    moved = torch.any(at_candidate[0] != at_table[0], dim=1).numpy()  # the rows as the gradient reads them
     block, row = uses
     credit = np.zeros(len(space.keys))
     np.add.at(credit, row, harm[block])
@@ -62,11 +63,6 @@ def engine_part(
     engine = at_table[2].clone()
     engine[positions] = cycles[positions]
     return part, (matrix, globals_, engine)
-
-
-def _errors(cycles: np.ndarray, measured: np.ndarray) -> np.ndarray:
-    """Each train block's relative error (``FAILED_ERROR`` where the engine refused it)."""
-    return np.where(np.isnan(cycles), FAILED_ERROR, np.abs(cycles - measured) / measured)
 
 
 def tied_rows(space: ParamSpace, problem: Problem) -> list[list[int]]:

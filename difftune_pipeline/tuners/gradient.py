@@ -37,8 +37,8 @@ from difftune_pipeline.surrogates import Predict, mape_loss
 from difftune_pipeline.tuners import active_learning, credit
 from difftune_pipeline.tuners.active_learning import around, fidelity, visit
 from difftune_pipeline.tuners.base import (
-    FAILED_ERROR,
     Problem,
+    block_errors,
     check_prior,
     log_scale,
     predict_batched,
@@ -211,10 +211,8 @@ def _anchor(predict, n_blocks: int, visit, measured: np.ndarray, batch: int = 51
     matrix, globals_, engine = visit
     surrogate = predict_batched(predict, matrix, globals_, np.arange(n_blocks), batch)
     engine = engine.numpy()
-    refused = np.isnan(engine)
-    offset = np.where(refused, 0.0, engine - surrogate.numpy()).astype(np.float32)
-    error = np.where(refused, FAILED_ERROR, np.abs(engine - measured) / measured)
-    return torch.tensor(offset), float(error.mean())
+    offset = np.where(np.isnan(engine), 0.0, engine - surrogate.numpy()).astype(np.float32)
+    return torch.tensor(offset), float(block_errors(engine, measured).mean())
 
 
 def _refit(model, predict, fitted: list, config: TuneConfig, rng: np.random.Generator) -> None:
