@@ -9,9 +9,10 @@ read them from here.
 - ``memory``: a load waits for the youngest older store to its bytes (plus a
   store-to-load forwarding latency) or for one whose address it 4K-aliases (a penalty),
   at the addresses a harness model gives (see ``difftune_pipeline.harness``).
-- ``stack_engine``: push and pop leave no dependency chain through RSP, and
-  push/pop/call/ret no µop to update it; an explicit use of RSP after them costs
-  a sync µop, which also sits in the RSP chain (one cycle each).
+- ``stack_engine``: push and pop leave no dependency chain through RSP (each
+  waits only for the last explicit write of RSP, whose value its address is
+  offset from), and push/pop/call/ret no µop to update it; an explicit use of RSP
+  after them costs a sync µop, which also sits in the RSP chain (one cycle each).
 - ``move_elimination``: register-to-register moves are renamed away (no µop,
   no latency), a limited number a cycle.
 - ``locked`` (Intel): a locked instruction (a lock prefix, or xchg with memory)
@@ -156,7 +157,7 @@ REQUIRES: dict[str, tuple[str, ...]] = {"bank_conflict": ("memory",)}
 # under the extended model name it, so that results stored by an engine whose
 # mechanisms simulated differently are never taken for this one's. Bump it with
 # any change to what a mechanism simulates.
-REVISION = 6
+REVISION = 7
 
 
 def parameters_of(mechanism: str) -> tuple[str, ...]:

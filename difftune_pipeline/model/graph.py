@@ -53,9 +53,10 @@ def dependencies(operands: list[dict]) -> list[Edge]:
 def without_stack_updates(operands: list[dict]) -> list[dict]:
     """The operands as the extended model's stack engine leaves them: the stack
     operations the engine marks (push and pop; LLVM gives call and ret no RSP
-    write, so they never fed a chain) neither read nor write RSP."""
+    write, so they never fed a chain) write no RSP, and read the RSP of the last
+    explicit write (``addq $8, %rsp``, ``leaq -8(%r10), %rsp``)."""
     return [
-        {**op, "reads": [r for r in op["reads"] if r != "RSP"], "writes": [r for r in op["writes"] if r != "RSP"]}
+        {**op, "writes": [r for r in op["writes"] if r != "RSP"]}
         if op["stack_op"]
         else op
         for op in operands

@@ -30,8 +30,8 @@ CODE_VERSIONS = {
     "features": "3",
     "sampled_tables": "2",
     "simulations": "2",
-    "surrogate": "14",
-    "learned_params": "23",
+    "surrogate": "15",
+    "learned_params": "24",
     "evaluation": "7",
 }
 

@@ -43,10 +43,6 @@ std::vector<unsigned> applyStackEngine(const EngineImpl &E, const BlockImpl &B,
     Stack[I] = isStackOp(E, B.Insts[I]);
     Explicit[I] = !Stack[I] && namesRsp(E, B.Insts[I]);
     if (!Stack[I]) continue;
-    auto &Uses = Lowered[I]->getUses();
-    Uses.erase(std::remove_if(Uses.begin(), Uses.end(),
-                              [&](const mca::ReadState &R) { return isRsp(E, R.getRegisterID()); }),
-               Uses.end());
     auto &Defs = Lowered[I]->getDefs();
     Defs.erase(std::remove_if(Defs.begin(), Defs.end(),
                               [&](const mca::WriteState &W) { return isRsp(E, W.getRegisterID()); }),

@@ -1,7 +1,9 @@
 // The extended model's stack engine: push, pop, call and ret update RSP in the
-// front end, so they neither wait for nor feed a dependency chain through RSP;
-// an instruction that then names RSP itself needs a sync µop first (Agner Fog,
-// "The microarchitecture of Intel, AMD and VIA CPUs", "Stack engine").
+// front end, so they feed no dependency chain through RSP: their addresses are
+// the RSP the last explicit write left plus the engine's offset, so they wait for
+// that write and for no stack operation. An instruction that then names RSP
+// itself needs a sync µop first (Agner Fog, "The microarchitecture of Intel, AMD
+// and VIA CPUs", "Stack engine").
 #pragma once
 
 #include "engine_impl.h"
@@ -14,7 +16,7 @@ namespace dt {
 // and def of RSP (push, pop and their flag forms; LLVM gives call and ret no RSP def).
 bool isStackOp(const EngineImpl &E, const llvm::MCInst &MI);
 
-// Drops the RSP reads and writes of B's stack operations from their lowered
+// Drops the RSP writes of B's stack operations from their lowered
 // instructions; returns the sync µops (the table's stack_sync_uops) each
 // instruction needs before it: an explicit use of RSP with a stack operation
 // since the previous one, around the loop. The sync µops (one cycle each) sit in
