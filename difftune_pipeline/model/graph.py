@@ -55,12 +55,7 @@ def without_stack_updates(operands: list[dict]) -> list[dict]:
     operations the engine marks (push and pop; LLVM gives call and ret no RSP
     write, so they never fed a chain) write no RSP, and read the RSP of the last
     explicit write (``addq $8, %rsp``, ``leaq -8(%r10), %rsp``)."""
-    return [
-        {**op, "writes": [r for r in op["writes"] if r != "RSP"]}
-        if op["stack_op"]
-        else op
-        for op in operands
-    ]
+    return [{**op, "writes": [r for r in op["writes"] if r != "RSP"]} if op["stack_op"] else op for op in operands]
 
 
 def with_partial_merges(operands: list[dict]) -> list[dict]:
