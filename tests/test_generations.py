@@ -56,7 +56,7 @@ def test_a_cpu_of_a_known_generation_is_one_name_added_to_its_record(monkeypatch
         ),
     )
     assert extended.for_cpu("cooperlake") == extended.for_cpu("skylake-avx512")
-    assert extended.defaults("cooperlake", extended.for_cpu("cooperlake"))["predecode_width"] == 6  # Skylake's
+    assert extended.defaults("cooperlake", extended.for_cpu("cooperlake"))["uop_queue_size"] == 64  # Skylake's
     assert _extended_cycles("cooperlake") == _extended_cycles("skylake-avx512")
 
 

@@ -99,6 +99,27 @@ bool lengthChanging(const EngineImpl &E, const MCInst &MI) {
   return std::regex_match(E.MCII->getName(MI.getOpcode()).str(), Name);
 }
 
+// Where an instruction's nominal opcode byte starts (XED's pos_nominal_opcode):
+// after the legacy prefixes, REX, a VEX or EVEX prefix, or the 0F (0F 38, 0F 3A)
+// escape. The predecoder reads it to decide whether an instruction that straddles
+// two blocks belongs to the first.
+unsigned opcodeOffset(const std::string &Hex) {
+  const size_t N = Hex.size() / 2;
+  auto Byte = [&](size_t I) { return I < N ? (unsigned)std::stoul(Hex.substr(2 * I, 2), nullptr, 16) : 0u; };
+  auto Legacy = [](unsigned B) {
+    return B == 0xF0 || B == 0xF2 || B == 0xF3 || B == 0x2E || B == 0x36 || B == 0x3E || B == 0x26 || B == 0x64 ||
+           B == 0x65 || B == 0x66 || B == 0x67;
+  };
+  size_t I = 0;
+  while (I < N && Legacy(Byte(I))) ++I;
+  if (I < N && (Byte(I) & 0xF0) == 0x40) ++I;
+  if (Byte(I) == 0xC5) I += 2;
+  else if (Byte(I) == 0xC4) I += 3;
+  else if (Byte(I) == 0x62) I += 4;
+  else if (Byte(I) == 0x0F) I += (Byte(I + 1) == 0x38 || Byte(I + 1) == 0x3A) ? 2 : 1;
+  return (unsigned)std::min(I, N ? N - 1 : 0);
+}
+
 }  // namespace
 
 FrontEndParams frontEndParams(const Globals &G, const MCSchedModel &SM) {
@@ -115,6 +136,7 @@ std::vector<FrontEndInstr> frontEndFacts(const EngineImpl &E, const BlockImpl &B
   std::vector<FrontEndInstr> Out(B.Insts.size());
   for (size_t I = 0; I < Out.size(); ++I) {
     Out[I].Bytes = std::max<size_t>(1, B.Encoding[I].size() / 2);
+    Out[I].OpcodeAt = opcodeOffset(B.Encoding[I]);
     const unsigned Uops = Lowered[I]->getNumMicroOps();
     Out[I].Fused = Fusion ? fusedUops(E, B.Insts[I], Uops) : Uops;
     Out[I].LengthChanging = Fusion && lengthChanging(E, B.Insts[I]);
@@ -143,10 +165,15 @@ std::vector<StaticFrontEnd> staticFrontEnd(const EngineImpl &E, const BlockImpl 
 
 // The predecoder works through the code in aligned blocks of PredecodeBytes
 // (the unrolled block starts at an aligned address), one block per cycle or more:
-// a cycle marks at most PredecodeWidth instructions, those that end in the block,
-// and one that starts in it and ends in the next takes a slot there too (Intel's
-// optimization manual, "legacy decode pipeline"; the rule as Abel and Reineke's
-// uiCA measured it on Sandy Bridge to Skylake). It runs only while the queue of
+// a cycle marks at most PredecodeWidth instructions, those that end in the block.
+// One that starts in it and ends in the next is marked in the next block's first
+// cycle, where it takes a slot; when this block's last cycle used every slot and
+// the instruction's nominal opcode is still in this block, it costs a cycle of its
+// own first (Intel's optimization manual, "legacy decode pipeline"; the rule as
+// Abel and Reineke's uiCA measured it on Sandy Bridge to Skylake: BHive measures
+// the 3-byte `cmpl $31, %eax` at 0.37 cycles an iteration on Haswell, and 3-byte
+// register moves with a REX prefix, whose opcode is their second byte, at 0.30
+// on Haswell and Ivy Bridge). It runs only while the queue of
 // kInstrQueue instructions has room for a cycle's worth (of at most half the
 // queue, so that a wide predecoder never waits for an empty one). An instruction
 // with a length-changing prefix first stalls it LcpPenalty cycles.
@@ -170,12 +197,13 @@ void FrontEndStage::predecode() {
     ++Block;
     StraddlerMarked = false;
   }
-  for (unsigned Slot = 0; Slot < P.PredecodeWidth && SM.hasNext() && Predecoded.size() < kInstrQueue; ++Slot) {
-    if (ends() > blockEnd()) {
-      if (Addr >= blockEnd() || StraddlerMarked) return;  // the next block, next cycle
-      StraddlerMarked = true;
-      continue;
+  for (unsigned Slot = 0; SM.hasNext() && Predecoded.size() < kInstrQueue; ++Slot) {
+    if (ends() > blockEnd()) {  // the next block, next cycle; a straddler first marked as this block's
+      const uint64_t Opcode = Addr + Facts[SM.peekNext().first % Facts.size()].OpcodeAt;
+      if (Addr < blockEnd() && (Slot < P.PredecodeWidth || Opcode >= blockEnd())) StraddlerMarked = true;
+      return;
     }
+    if (Slot == P.PredecodeWidth) return;
     mca::SourceRef SR = SM.peekNext();
     if (Facts[SR.first % Facts.size()].LengthChanging && !LcpPaid && P.LcpPenalty) {
       LcpPaid = true;

@@ -19,6 +19,7 @@ namespace dt {
 // What the front end knows of one instruction of the block.
 struct FrontEndInstr {
   unsigned Bytes = 1;          // its length in machine code
+  unsigned OpcodeAt = 0;       // where its nominal opcode byte starts, past prefixes and escapes
   unsigned Fused = 1;          // fused-domain µops it issues as (0: macro-fused into the one before)
   bool FusesWithNext = false;  // first half of a macro-fused pair: decoded with the next one
   bool LengthChanging = false; // a length-changing prefix: 66h with a 16-bit immediate (the predecoder stalls)
@@ -69,7 +70,7 @@ class FrontEndStage final : public llvm::mca::Stage {
   std::deque<llvm::mca::InstRef> Predecoded, Queue;
   uint64_t Addr = 0;          // where the next instruction starts (the block starts aligned)
   uint64_t Block = 0;         // the aligned block the predecoder is in, numbered from Addr 0
-  bool StraddlerMarked = false;  // the instruction that starts in Block and ends past it took its slot
+  bool StraddlerMarked = false;  // the instruction that starts in Block and ends past it is marked in the next
   unsigned LcpStall = 0;     // cycles the predecoder still stalls on the next instruction's prefix
   bool LcpPaid = false;      // the next instruction's stall is over
   unsigned QueueUops = 0;    // fused µops in Queue
