@@ -78,6 +78,7 @@ def test_predecoder_marks_five_instructions_a_cycle_of_an_aligned_block(haswell,
     assert steady(haswell, move, base) == 25.0  # llvm-mca: four a cycle
     assert steady(haswell, cmp, model(base, ("front_end",))) == 37.5
     assert steady(haswell, move, model(base, ("front_end",))) == 31.25
+    assert steady(haswell, "movzbl %al, %ecx", model(base, ("front_end",))) == 31.25  # the 0F escape, then the opcode
     assert steady(haswell, move, model(base, ("front_end",), predecode_width=6)) == 25.0
     # the widest predecoder still finds room in the queue: a cmp waiting there for its jcc
     # does not hold it up
