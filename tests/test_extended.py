@@ -302,6 +302,29 @@ def test_an_x87_stack_out_of_balance_faults_every_iteration(haswell, base):
     assert cycles(haswell, balanced, x87) == cycles(haswell, balanced, base)
 
 
+def test_a_stream_that_reaches_a_new_page_waits_for_its_walk(haswell, base):
+    """An epilogue whose stack adjustment and pops advance RSP by 824 bytes an
+    iteration reaches a new page every 5 iterations, and each costs a walk (BHive
+    measures `addq $776, %rsp` and six pops at 4.59 cycles an iteration on Ivy
+    Bridge, `addq $40, %rsp` and six pops at 3.19). A stream that jumps a page or
+    more an iteration is not charged, nor one that stays put."""
+    pops = "\n".join(f"popq %r{r}" for r in ("bx", "bp", "12", "13", "14", "15"))
+    walks = ("front_end", "memory", "stack_engine", "page_walk")
+    off, on = model(base, walks[:-1], "bhive"), model(base, walks, "bhive")
+
+    def per_iteration(asm, table):
+        block = haswell.parse_asm(asm)
+        return float(haswell.simulate([harness.accesses(block, "bhive").attach(block)], table).steady[0]) / 100
+
+    sweep = f"addq $776, %rsp\n{pops}"
+    walked = per_iteration(sweep, on) - per_iteration(sweep, off)
+    assert walked == pytest.approx(7 * 824 / 4096, abs=0.3)
+    slower = model(base, walks, "bhive", page_walk_penalty=14)
+    assert per_iteration(sweep, slower) - per_iteration(sweep, off) == pytest.approx(2 * walked, abs=0.3)
+    for asm in (f"addq $4096, %rsp\n{pops}", "movq 8(%rsp), %rax\naddq %rax, %rbx"):
+        assert per_iteration(asm, on) == per_iteration(asm, off)
+
+
 def test_loads_of_one_l1_bank_in_different_sets_do_not_issue_together():
     """Sandy and Ivy Bridge: BHive measures ``movq 8(%rax), %r12 ; cmpq %rcx, 8(%rsp)`` at
     2.0 cycles an iteration on Ivy Bridge (its loads 0x2324008 and 0x2324808: one bank,
@@ -350,6 +373,7 @@ def test_bank_conflicts_are_sandy_and_ivy_bridges_and_need_memory(haswell, base)
         "memory",
         "stack_engine",
         "x87_stack",
+        "page_walk",
         "bank_conflict",
         "partial_register",
     )
@@ -508,9 +532,12 @@ def test_engine_refuses_out_of_range_parameters_and_unsupported_cpus(haswell, ba
     [
         ("auto", None),
         ("llvm-mca", ()),
-        ("extended", ("front_end", "memory", "stack_engine", "x87_stack")),
-        ("extended+move_elimination", ("front_end", "memory", "stack_engine", "x87_stack", "move_elimination")),
-        ("extended+locked", ("front_end", "memory", "stack_engine", "x87_stack", "locked")),
+        ("extended", ("front_end", "memory", "stack_engine", "x87_stack", "page_walk")),
+        (
+            "extended+move_elimination",
+            ("front_end", "memory", "stack_engine", "x87_stack", "page_walk", "move_elimination"),
+        ),
+        ("extended+locked", ("front_end", "memory", "stack_engine", "x87_stack", "page_walk", "locked")),
         ("llvm-mca+stack_engine+front_end", ("front_end", "stack_engine")),
     ],
 )
@@ -519,7 +546,7 @@ def test_model_names(name, mechanisms):
 
 
 def test_auto_weighs_each_mechanism_only_a_generation_has():
-    intel = ("front_end", "memory", "stack_engine", "x87_stack")
+    intel = ("front_end", "memory", "stack_engine", "x87_stack", "page_walk")
     assert extended.candidates("ivybridge") == {
         (): "llvm-mca",
         (*intel, "partial_register"): "extended without bank_conflict",
@@ -540,6 +567,7 @@ def test_extended_is_each_generations_own():
         "memory",
         "stack_engine",
         "x87_stack",
+        "page_walk",
         "partial_register",
     )
     assert extended.parse("extended", "znver1") == ("memory", "stack_engine", "zero_shift")

@@ -13,6 +13,7 @@ from difftune_pipeline.model.graph import (
     dependencies,
     latency_bounds,
     memory_dependencies,
+    pages_per_iteration,
     with_partial_merges,
     without_stack_updates,
 )
@@ -65,6 +66,17 @@ def test_the_stack_engine_leaves_no_rsp_chain_in_the_graph(haswell):
     assert carried.item() == 1.0  # the add's own chain
     plain = BlockGraphs.build([dependencies(block.operands)], [5]).select([0])
     assert latency_bounds(torch.ones(1, 5), torch.zeros(1, 5), plain)[1].item() == 4.0  # pop, pop, add, push
+
+
+def test_pages_a_block_reaches_an_iteration_as_the_engine_walks_them():
+    """The widest stride under a page among streams that keep one stride; a
+    stream that jumps a page or more, or moves irregularly, is not counted."""
+    pops = [(it, i, 0x2324308 + 824 * it + 8 * (i - 1), 8, False) for it in range(4) for i in (1, 2)]
+    assert pages_per_iteration(pops) == 824 / 4096
+    assert pages_per_iteration([(it, 0, 0x2324000 + 4096 * it, 8, False) for it in range(4)]) == 0.0
+    irregular = [(it, 0, 0x2324000 + (0, 64, 8, 512)[it], 8, False) for it in range(4)]
+    assert pages_per_iteration(irregular) == 0.0
+    assert pages_per_iteration([(it, 0, 0x2324000, 8, True) for it in range(4)]) == 0.0
 
 
 def test_a_short_recurrence_behind_a_long_chain(haswell):

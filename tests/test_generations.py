@@ -20,6 +20,7 @@ MECHANISM_FILES = {
     "front_end": ("front_end.cpp", "front_end.h"),
     "memory": ("memory_unit.cpp", "memory_unit.h"),
     "bank_conflict": ("memory_unit.cpp", "memory_unit.h"),
+    "page_walk": ("memory_unit.cpp", "memory_unit.h"),
     "stack_engine": ("stack_engine.cpp", "stack_engine.h"),
     "move_elimination": ("move_elimination.cpp", "move_elimination.h"),
     "zero_shift": ("serialising.cpp", "serialising.h"),

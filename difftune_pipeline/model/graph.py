@@ -87,6 +87,28 @@ def memory_dependencies(accesses: list[tuple], n: int) -> list[Edge]:
     return sorted(edges, key=lambda e: (e.dst, e.src))
 
 
+PAGE = 4096
+
+
+def pages_per_iteration(accesses: list[tuple]) -> float:
+    """New 4 KiB pages a block reaches an iteration, as the engine's page walks
+    count them (``memory_unit.cpp``): of the streams (an instruction's k-th access)
+    whose recorded addresses keep one stride of less than a page, the widest stride
+    over a page. Streams of one stride sweep the same pages, so they count once."""
+    streams: dict[tuple[int, int], list[int]] = {}
+    seen: dict[tuple[int, int], int] = {}
+    for it, instr, address, _, _ in sorted(accesses, key=lambda a: (a[0], a[1])):  # stable: k as recorded
+        k = seen.get((it, instr), 0)
+        seen[(it, instr)] = k + 1
+        streams.setdefault((instr, k), []).append(address)
+    rate = 0.0
+    for addresses in streams.values():
+        steps = {b - a for a, b in zip(addresses, addresses[1:])}
+        if len(addresses) >= 2 and len(steps) == 1 and 0 < abs(next(iter(steps))) < PAGE:
+            rate = max(rate, abs(next(iter(steps))) / PAGE)
+    return rate
+
+
 def _last(operands: list[dict], j: int, writes) -> tuple[int, int] | None:
     for i in range(j - 1, -1, -1):
         if writes(operands[i]):

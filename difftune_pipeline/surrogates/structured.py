@@ -19,7 +19,10 @@ Per iteration a block needs at least
   less what micro-fusion saves) over the issue width.
 - under a mechanism that drains the pipeline (Zen+'s zero-count shift, Intel's
   locked instructions and x87 stack faults): per draining instruction its cycles after the drain,
-  plus, once a block drains at all, the critical path of an iteration.
+  plus, once a block drains at all, the critical path of an iteration;
+- under page walks, every per-iteration bound grows by the new pages the block
+  reaches an iteration times the walk's cycles (the engine holds memory
+  operations meanwhile, so the walks add to whatever bounds the block).
 The prediction for 100 iterations is ``100 · max(bounds) + critical path``,
 times ``exp(g)`` where ``g`` is a small MLP over the bounds and the block's
 hardware features (counts of instructions, µops, loads, stores, registers,
@@ -97,6 +100,8 @@ def bounds(
                 1,
             ).amax(1)
         )
+    if "page_walk_penalty" in names:
+        per_iteration = [bound + batch.walks * optional("page_walk_penalty") for bound in per_iteration]
     on = [k for k, name in enumerate(DRAINS) if name in names]
     if on:
         waits = sum(batch.drains[:, k] * optional(DRAINS[k]) for k in on)

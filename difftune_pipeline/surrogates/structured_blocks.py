@@ -13,6 +13,7 @@ from difftune_pipeline.model.graph import (
     BlockGraphs,
     dependencies,
     memory_dependencies,
+    pages_per_iteration,
     with_partial_merges,
     without_stack_updates,
 )
@@ -36,6 +37,7 @@ class Batch:
     macro: torch.Tensor  # [B, N] 1.0 where a jcc is fused into the instruction before it
     front: torch.Tensor  # [B, 3] bytes, decoded instructions, instructions
     drains: torch.Tensor  # [B, 3] instructions waiting for a zero-count shift's assist, locked ones, x87 faults
+    walks: torch.Tensor  # [B] new pages reached an iteration (each a page walk)
 
 
 @dataclass
@@ -50,6 +52,7 @@ class StructuredBlocks:
     macro: list[torch.Tensor]
     front: torch.Tensor
     drains: torch.Tensor
+    walks: torch.Tensor
 
     @classmethod
     def build(cls, blocks: list, row_index: dict[str, int], mechanisms=()) -> StructuredBlocks:
@@ -60,7 +63,7 @@ class StructuredBlocks:
         merges into; under ``locked`` the lock prefix LLVM disassembles as an
         instruction of its own does not execute (the engine eliminates it)."""
         memory, locked = "memory" in mechanisms, "locked" in mechanisms
-        rows, edges, static, micro, macro, front, drains = [], [], [], [], [], [], []
+        rows, edges, static, micro, macro, front, drains, walks = [], [], [], [], [], [], [], []
         for block in blocks:
             ops = without_stack_updates(block.operands) if "stack_engine" in mechanisms else block.operands
             if "partial_register" in mechanisms:
@@ -71,6 +74,7 @@ class StructuredBlocks:
             deps = dependencies(ops)
             if memory and block.accesses:
                 deps = [e for e in deps if e.kind != "memory"] + memory_dependencies(block.accesses, len(ops))
+            walks.append(pages_per_iteration(block.accesses) if memory and block.accesses else 0.0)
             edges.append(deps)
             fe = block.front_end or [(1, 0, False)] * len(ops)
             micro.append(torch.tensor([m for _, m, _ in fe], dtype=torch.float32))
@@ -97,6 +101,7 @@ class StructuredBlocks:
             macro,
             torch.tensor(front, dtype=torch.float32).reshape(-1, 3),
             torch.tensor(drains, dtype=torch.float32).reshape(-1, len(DRAINS)),
+            torch.tensor(walks, dtype=torch.float32),
         )
 
     def select(self, idx: torch.Tensor) -> Batch:
@@ -108,4 +113,4 @@ class StructuredBlocks:
             rows[b, : len(self.rows[i])] = self.rows[i]
             micro[b, : len(self.micro[i])] = self.micro[i]
             macro[b, : len(self.macro[i])] = self.macro[i]
-        return Batch(rows, graph, self.static[idx], micro, macro, self.front[idx], self.drains[idx])
+        return Batch(rows, graph, self.static[idx], micro, macro, self.front[idx], self.drains[idx], self.walks[idx])

@@ -10,7 +10,21 @@ MemoryUnit::MemoryUnit(const MCSchedModel &SM, const MemoryMap &Map, unsigned Bl
     : LSUnitBase(SM, 0, 0, /*AssumeNoAlias=*/true), Map(Map), BlockSize(BlockSize),
       ForwardDelay(G.param("store_forward_latency")), AliasDelay(G.param("alias_4k_penalty")),
       FailDelay(G.param("store_forward_fail_penalty")),
-      BankDelay(G.on("bank_conflict") ? G.param("bank_conflict_penalty") : 0) {}
+      BankDelay(G.on("bank_conflict") ? G.param("bank_conflict_penalty") : 0),
+      WalkDelay(G.on("page_walk") ? G.param("page_walk_penalty") : 0) {
+  for (const auto &ByIteration : Map.ByInstr) {
+    const size_t N = ByIteration.size() >= 2 ? ByIteration[0].size() : 0;
+    std::vector<bool> Steady(N, true);
+    for (size_t J = 0; J < N; ++J) {
+      const int64_t Stride = ByIteration[1].size() == N ? ByIteration[1][J].address - ByIteration[0][J].address : 0;
+      Steady[J] = Stride != 0 && Stride > -kPage && Stride < kPage;
+      for (size_t K = 1; K < ByIteration.size() && Steady[J]; ++K)
+        Steady[J] = ByIteration[K].size() == N &&
+                    (int64_t)(ByIteration[K][J].address - ByIteration[K - 1][J].address) == Stride;
+    }
+    Strided.push_back(std::move(Steady));
+  }
+}
 namespace {
 
 bool overlap(uint64_t A, int ASize, uint64_t B, int BSize) { return A < B + BSize && B < A + ASize; }
@@ -51,6 +65,19 @@ std::vector<Access> MemoryUnit::accessesOf(unsigned SourceIndex) const {
     for (size_t J = 0; J < Out.size(); ++J)
       Out[J].address += (Iteration - K + 1) * (Out[J].address - ByIteration[K - 2][J].address);
   return Out;
+}
+
+// Whether one of the accesses of a stream that advances by less than a page an
+// iteration is the run's first to a page (both ends of the access count).
+bool MemoryUnit::firstTouch(const std::vector<Access> &Mine, unsigned SourceIndex) {
+  const std::vector<bool> &Steady = Strided[SourceIndex % BlockSize];
+  bool First = false;
+  for (size_t J = 0; J < Mine.size() && J < Steady.size(); ++J) {
+    if (!Steady[J]) continue;
+    First |= Touched.insert(Mine[J].address / kPage).second;
+    First |= Touched.insert((Mine[J].address + Mine[J].size - 1) / kPage).second;
+  }
+  return First;
 }
 
 mca::LSUnitBase::Status MemoryUnit::isAvailable(const mca::InstRef &IR) const {
@@ -142,6 +169,12 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
     if (BankDelay && Map.Exact) waitForBanks(Mine, G, std::move(Feeds), IR);
   }
   if (IS.getMayStore()) Stores.push_back({G, standIn(), standIn(), standIn(), IR.getSourceIndex(), Mine});
+  if (WalkDelay && Map.Exact) {
+    Walks.erase(std::remove_if(Walks.begin(), Walks.end(), [&](const Walk &W) { return !isValidGroupID(W.StandIn); }),
+                Walks.end());
+    for (const Walk &W : Walks) getGroup(W.StandIn).addSuccessor(&Group, true);
+    if (firstTouch(Mine, IR.getSourceIndex())) Walks.push_back({G, standIn(), IR.getSourceIndex()});
+  }
   return G;
 }
 
@@ -155,6 +188,11 @@ void MemoryUnit::onInstructionIssued(const mca::InstRef &IR) {
     getGroup(L->Bank).onInstructionIssued(IR);
     schedule(L->Bank, BankDelay, IR.getSourceIndex());
   }
+  for (const Walk &W : Walks)
+    if (W.Group == IR.getInstruction()->getLSUTokenID()) {
+      getGroup(W.StandIn).onInstructionIssued(IR);
+      schedule(W.StandIn, WalkDelay, IR.getSourceIndex());
+    }
 }
 
 // A stand-in completes through the base class (which then forgets it), with
@@ -200,6 +238,8 @@ unsigned MemoryUnit::oldestReferenced() const {
     }
   for (const Load &L : Loads)
     if (isValidGroupID(L.Bank)) Oldest = std::min(Oldest, L.SourceIndex);
+  for (const Walk &W : Walks)
+    if (isValidGroupID(W.StandIn)) Oldest = std::min(Oldest, W.SourceIndex);
   return Oldest;
 }
 

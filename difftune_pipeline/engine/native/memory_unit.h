@@ -12,6 +12,15 @@
 // operands are ready and that waits for no store holds a younger one: one still
 // waiting issues later anyway, and waiting for it would chain loads that the
 // hardware issues apart.
+// With page_walk, an access of a stream that advances by less than a page an
+// iteration (its recorded addresses keep one stride: a pointer the block steps,
+// an epilogue's stack adjustment) that is the run's first to a 4 KiB page walks
+// the page tables: no younger memory operation issues until WalkDelay cycles
+// after it issues. BHive's harness backs every page with one physical page, but
+// each virtual page a block sweeps through still needs its own translation.
+// Streams that jump a page or more an iteration, and addresses computed from
+// values, are not charged: BHive's measurements of them show a smaller and
+// varying cost (docs/model.md).
 #pragma once
 
 #include "engine_impl.h"
@@ -19,6 +28,7 @@
 #include "llvm/MCA/HardwareUnits/LSUnit.h"
 
 #include <deque>
+#include <unordered_set>
 
 namespace dt {
 
@@ -43,9 +53,18 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
     uint64_t Cycle;
     unsigned Group, SourceIndex;
   };
+  // A first touch of a page, and the stand-in every younger memory operation
+  // waits for: it completes WalkDelay cycles after the access issues.
+  struct Walk {
+    unsigned Group = 0, StandIn = 0, SourceIndex = 0;
+  };
 
   const MemoryMap &Map;
-  const unsigned BlockSize, ForwardDelay, AliasDelay, FailDelay, BankDelay;
+  const unsigned BlockSize, ForwardDelay, AliasDelay, FailDelay, BankDelay, WalkDelay;
+  static constexpr int64_t kPage = 4096;
+  std::vector<std::vector<bool>> Strided;  // [instruction][access]: its addresses keep one stride under a page
+  std::unordered_set<uint64_t> Touched;    // pages accessed so far in the run
+  std::vector<Walk> Walks;                 // walks whose stand-in has not completed
   std::deque<Store> Stores;
   std::vector<Load> Loads;  // loads whose bank stand-in has not completed
   std::vector<Due> Pending;
@@ -54,6 +73,7 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
   llvm::mca::Instruction StandIn{StandInDesc, 0};  // carries a stand-in's token when it completes
 
   std::vector<Access> accessesOf(unsigned SourceIndex) const;
+  bool firstTouch(const std::vector<Access> &Mine, unsigned SourceIndex);
   Store *storeOf(unsigned Group);
   Load *loadOf(unsigned Group);
   void waitForBanks(const std::vector<Access> &Mine, unsigned G, std::vector<unsigned> Feeds,
@@ -64,7 +84,7 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
   void schedule(unsigned Group, unsigned Delay, unsigned SourceIndex);
 
  public:
-  // The delays are the table's memory parameters (and bank_conflict's, 0 when it is off).
+  // The delays are the table's memory parameters (and bank_conflict's and page_walk's, 0 when off).
   MemoryUnit(const llvm::MCSchedModel &SM, const MemoryMap &Map, unsigned BlockSize, const Globals &G);
   Status isAvailable(const llvm::mca::InstRef &IR) const override;
   unsigned dispatch(const llvm::mca::InstRef &IR) override;
