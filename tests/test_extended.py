@@ -325,6 +325,25 @@ def test_a_stream_that_reaches_a_new_page_waits_for_its_walk(haswell, base):
         assert per_iteration(asm, on) == per_iteration(asm, off)
 
 
+def test_a_load_through_a_loaded_pointer_takes_the_short_path(haswell, base):
+    """BHive measures the chain `movq (%rax), %rax` at 4.0 cycles an iteration on
+    Haswell (LLVM's load: 5). The short path needs a displacement under 2048, no
+    index, and a base that a plain load wrote."""
+    chase = model(base, ("pointer_chasing",))
+    assert chase.globals["pointer_chase_saving"] == 1
+    for asm, short in [
+        ("movq (%rax), %rax", True),
+        ("movq 2040(%rax), %rax", True),
+        ("popq %rax\nmovq 8(%rax), %rbx", True),
+        ("movq 2048(%rax), %rax", False),
+        ("movq (%rax,%rcx), %rax", False),
+        ("movq (%rax), %rax\naddq $8, %rax", False),  # the add, not the load, wrote the base
+    ]:
+        assert [o["pointer_chase"] for o in haswell.parse_asm(asm).operands][-1 if "pop" in asm else 0] is short, asm
+    assert (steady(haswell, "movq (%rax), %rax", base), steady(haswell, "movq (%rax), %rax", chase)) == (500.0, 400.0)
+    assert cycles(haswell, "movq 2048(%rax), %rax", chase) == cycles(haswell, "movq 2048(%rax), %rax", base)
+
+
 def test_loads_of_one_l1_bank_in_different_sets_do_not_issue_together():
     """Sandy and Ivy Bridge: BHive measures ``movq 8(%rax), %r12 ; cmpq %rcx, 8(%rsp)`` at
     2.0 cycles an iteration on Ivy Bridge (its loads 0x2324008 and 0x2324808: one bank,
@@ -374,6 +393,7 @@ def test_bank_conflicts_are_sandy_and_ivy_bridges_and_need_memory(haswell, base)
         "stack_engine",
         "x87_stack",
         "page_walk",
+        "pointer_chasing",
         "bank_conflict",
         "partial_register",
     )
@@ -532,12 +552,15 @@ def test_engine_refuses_out_of_range_parameters_and_unsupported_cpus(haswell, ba
     [
         ("auto", None),
         ("llvm-mca", ()),
-        ("extended", ("front_end", "memory", "stack_engine", "x87_stack", "page_walk")),
+        ("extended", ("front_end", "memory", "stack_engine", "x87_stack", "page_walk", "pointer_chasing")),
         (
             "extended+move_elimination",
-            ("front_end", "memory", "stack_engine", "x87_stack", "page_walk", "move_elimination"),
+            ("front_end", "memory", "stack_engine", "x87_stack", "page_walk", "pointer_chasing", "move_elimination"),
         ),
-        ("extended+locked", ("front_end", "memory", "stack_engine", "x87_stack", "page_walk", "locked")),
+        (
+            "extended+locked",
+            ("front_end", "memory", "stack_engine", "x87_stack", "page_walk", "pointer_chasing", "locked"),
+        ),
         ("llvm-mca+stack_engine+front_end", ("front_end", "stack_engine")),
     ],
 )
@@ -546,7 +569,7 @@ def test_model_names(name, mechanisms):
 
 
 def test_auto_weighs_each_mechanism_only_a_generation_has():
-    intel = ("front_end", "memory", "stack_engine", "x87_stack", "page_walk")
+    intel = ("front_end", "memory", "stack_engine", "x87_stack", "page_walk", "pointer_chasing")
     assert extended.candidates("ivybridge") == {
         (): "llvm-mca",
         (*intel, "partial_register"): "extended without bank_conflict",
@@ -568,6 +591,7 @@ def test_extended_is_each_generations_own():
         "stack_engine",
         "x87_stack",
         "page_walk",
+        "pointer_chasing",
         "partial_register",
     )
     assert extended.parse("extended", "znver1") == ("memory", "stack_engine", "zero_shift")

@@ -21,6 +21,7 @@ MECHANISM_FILES = {
     "memory": ("memory_unit.cpp", "memory_unit.h"),
     "bank_conflict": ("memory_unit.cpp", "memory_unit.h"),
     "page_walk": ("memory_unit.cpp", "memory_unit.h"),
+    "pointer_chasing": ("pointer_chasing.cpp", "pointer_chasing.h"),
     "stack_engine": ("stack_engine.cpp", "stack_engine.h"),
     "move_elimination": ("move_elimination.cpp", "move_elimination.h"),
     "zero_shift": ("serialising.cpp", "serialising.h"),

@@ -6,7 +6,8 @@ Per iteration a block needs at least
   inside it spread over its units (``features.containment``), the largest;
 - dispatch: its µops over the dispatch width;
 - its loop-carried recurrence: the register dependency graph unrolled over a
-  few iterations with latencies, less ReadAdvance on register operands, a
+  few iterations with latencies (a pointer chase's load shortened by the fast
+  path's saving), less ReadAdvance on register operands, a
   max-plus recurrence (differentiable almost everywhere); under the extended
   model's memory mechanism, store→load edges (from the block's recorded
   accesses) cost the store's latency plus the forwarding latency, or plus the
@@ -68,6 +69,8 @@ def bounds(
     ``globals_`` [B, G] in ``names`` order."""
     executes = 1.0 - batch.macro  # a macro-fused jcc executes in the µop before it (the engine eliminates it)
     lat, uops = params[..., 0] * executes, params[..., 1]
+    if "pointer_chase_saving" in names:  # a pointer chase's load takes the short path
+        lat = torch.relu(lat - batch.chase * globals_[:, names.index("pointer_chase_saving")].unsqueeze(-1))
     adv = params[..., 2 : 2 + READ_ADVANCE_SLOTS].amax(-1)
     ports = params[..., 2 + READ_ADVANCE_SLOTS :] * executes.unsqueeze(-1)
     pressure = (ports.sum(1) @ contain).amax(-1)

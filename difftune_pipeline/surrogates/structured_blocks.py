@@ -35,6 +35,7 @@ class Batch:
     static: torch.Tensor  # [B, len(STATIC)]
     micro: torch.Tensor  # [B, N]
     macro: torch.Tensor  # [B, N] 1.0 where a jcc is fused into the instruction before it
+    chase: torch.Tensor  # [B, N] 1.0 where a load takes the short path of a pointer chase
     front: torch.Tensor  # [B, 3] bytes, decoded instructions, instructions
     drains: torch.Tensor  # [B, 3] instructions waiting for a zero-count shift's assist, locked ones, x87 faults
     walks: torch.Tensor  # [B] new pages reached an iteration (each a page walk)
@@ -50,6 +51,7 @@ class StructuredBlocks:
     n_insts: torch.Tensor
     micro: list[torch.Tensor]
     macro: list[torch.Tensor]
+    chase: list[torch.Tensor]
     front: torch.Tensor
     drains: torch.Tensor
     walks: torch.Tensor
@@ -63,7 +65,7 @@ class StructuredBlocks:
         merges into; under ``locked`` the lock prefix LLVM disassembles as an
         instruction of its own does not execute (the engine eliminates it)."""
         memory, locked = "memory" in mechanisms, "locked" in mechanisms
-        rows, edges, static, micro, macro, front, drains, walks = [], [], [], [], [], [], [], []
+        rows, edges, static, micro, macro, chase, front, drains, walks = [], [], [], [], [], [], [], [], []
         for block in blocks:
             ops = without_stack_updates(block.operands) if "stack_engine" in mechanisms else block.operands
             if "partial_register" in mechanisms:
@@ -79,6 +81,7 @@ class StructuredBlocks:
             fe = block.front_end or [(1, 0, False)] * len(ops)
             micro.append(torch.tensor([m for _, m, _ in fe], dtype=torch.float32))
             macro.append(torch.tensor([float(f) for _, _, f in fe], dtype=torch.float32))
+            chase.append(torch.tensor([float(o["pointer_chase"]) for o in ops], dtype=torch.float32))
             front.append([sum(b for b, _, _ in fe), len(fe) - sum(f for _, _, f in fe), len(fe)])
             serial = block.serialising
             drains.append([sum(column) for column in zip(*serial)] if serial else [0] * len(DRAINS))
@@ -99,6 +102,7 @@ class StructuredBlocks:
             torch.tensor([len(r) for r in rows], dtype=torch.long),
             micro,
             macro,
+            chase,
             torch.tensor(front, dtype=torch.float32).reshape(-1, 3),
             torch.tensor(drains, dtype=torch.float32).reshape(-1, len(DRAINS)),
             torch.tensor(walks, dtype=torch.float32),
@@ -108,9 +112,12 @@ class StructuredBlocks:
         idx = idx.tolist()
         graph = self.graphs.select(idx)
         rows = torch.full((len(idx), graph.width), -1, dtype=torch.long)
-        micro, macro = torch.zeros(len(idx), graph.width), torch.zeros(len(idx), graph.width)
+        micro, macro, chase = (torch.zeros(len(idx), graph.width) for _ in range(3))
         for b, i in enumerate(idx):
             rows[b, : len(self.rows[i])] = self.rows[i]
             micro[b, : len(self.micro[i])] = self.micro[i]
             macro[b, : len(self.macro[i])] = self.macro[i]
-        return Batch(rows, graph, self.static[idx], micro, macro, self.front[idx], self.drains[idx], self.walks[idx])
+            chase[b, : len(self.chase[i])] = self.chase[i]
+        return Batch(
+            rows, graph, self.static[idx], micro, macro, chase, self.front[idx], self.drains[idx], self.walks[idx]
+        )

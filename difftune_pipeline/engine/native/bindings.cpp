@@ -140,6 +140,7 @@ NB_MODULE(_engine, m) {
           D["stack_op"] = O.stack_op;
           D["merges"] = nb::cast(O.merges);
           D["address"] = O.address;
+          D["pointer_chase"] = O.pointer_chase;
           L.append(D);
         }
         return L;

@@ -3,6 +3,7 @@
 #include "engine_impl.h"
 #include "front_end.h"
 #include "partial_register.h"
+#include "pointer_chasing.h"
 #include "serialising.h"
 #include "stack_engine.h"
 
@@ -305,6 +306,8 @@ std::vector<std::string> Block::opcodes() const {
 std::vector<InstrOperands> Block::operands() const {
   std::vector<InstrOperands> Out;
   for (const MCInst &MI : impl->Insts) Out.push_back(instrOperands(*impl->Engine, MI));
+  const std::vector<bool> Chases = pointerChases(*impl->Engine, *impl);
+  for (size_t I = 0; I < Out.size(); ++I) Out[I].pointer_chase = Chases[I];
   return Out;
 }
 

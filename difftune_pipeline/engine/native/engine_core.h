@@ -107,6 +107,7 @@ struct InstrOperands {
   bool stack_op = false;  // push/pop: under the stack engine they neither read nor write RSP
   std::vector<std::string> merges;   // what a partial write waits for under partial_register (widened)
   std::string address;               // the memory operand (base,scale,index,disp,segment); "" if none
+  bool pointer_chase = false;        // loads through a pointer a plain load gave (pointer_chasing's rule)
 };
 
 struct BlockImpl;

@@ -5,6 +5,7 @@
 #include "memory_unit.h"
 #include "move_elimination.h"
 #include "partial_register.h"
+#include "pointer_chasing.h"
 #include "monitor_stage.h"
 #include "serialising.h"
 #include "stack_engine.h"
@@ -154,6 +155,7 @@ Simulated simulateOne(const EngineImpl &E, const BlockImpl &B, const TableImpl &
     Facts = frontEndFacts(E, B, Lowered, G.on("front_end"));
     if (G.on("move_elimination")) markEliminableMoves(E, B, Lowered);
     if (G.on("partial_register")) mergePartialWrites(E, Lowered, MergeReads);
+    if (G.on("pointer_chasing")) shortenPointerChases(E, B, Lowered, G, SyncedWrites);
     for (size_t I = 0; I < Sync.size(); ++I) Facts[I].SyncUops = Sync[I];
     const std::vector<int> Drains = serialisingDrains(E, B, G);
     for (size_t I = 0; I < Drains.size(); ++I)

@@ -1,0 +1,84 @@
+#include "pointer_chasing.h"
+
+using namespace llvm;
+
+namespace dt {
+namespace {
+
+constexpr int64_t kShortDisplacement = 2048;
+
+// The base register of MI's memory operand when it is a simple pointer
+// dereference (base + displacement in [0, 2048), no index, no segment, not RIP).
+MCRegister simpleBase(const EngineImpl &E, const MCInst &MI) {
+  const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
+  if (!D.mayLoad()) return MCRegister();
+  for (unsigned I = 0; I + 4 < MI.getNumOperands() && I < D.getNumOperands(); ++I) {
+    if (D.operands()[I].OperandType != MCOI::OPERAND_MEMORY) continue;
+    const MCOperand &Base = MI.getOperand(I), &Index = MI.getOperand(I + 2), &Disp = MI.getOperand(I + 3),
+                    &Segment = MI.getOperand(I + 4);
+    if (!Base.isReg() || !Base.getReg() || (Index.isReg() && Index.getReg()) || (Segment.isReg() && Segment.getReg()))
+      return MCRegister();
+    if (!Disp.isImm() || Disp.getImm() < 0 || Disp.getImm() >= kShortDisplacement) return MCRegister();
+    if (StringRef(E.MRI->getName(Base.getReg())) == "RIP") return MCRegister();
+    return Base.getReg();
+  }
+  return MCRegister();
+}
+
+// A plain load of a pointer: what the short path follows (uiCA's list).
+bool loadsPointer(const EngineImpl &E, const MCInst &MI) {
+  const StringRef Name = E.MCII->getName(MI.getOpcode());
+  return Name == "MOV64rm" || Name == "MOV32rm" || Name == "MOVSX64rm32" || Name == "POP64r";
+}
+
+bool writes(const EngineImpl &E, const MCInst &MI, MCRegister R) {
+  const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
+  for (unsigned I = 0; I < D.getNumDefs() && I < MI.getNumOperands(); ++I)
+    if (MI.getOperand(I).isReg() && MI.getOperand(I).getReg() && E.MRI->regsOverlap(MI.getOperand(I).getReg(), R))
+      return true;
+  return llvm::any_of(D.implicit_defs(), [&](MCPhysReg W) { return E.MRI->regsOverlap(W, R); });
+}
+
+}  // namespace
+
+std::vector<bool> pointerChases(const EngineImpl &E, const BlockImpl &B) {
+  const size_t N = B.Insts.size();
+  std::vector<bool> Out(N);
+  for (size_t I = 0; I < N; ++I) {
+    const MCRegister Base = simpleBase(E, B.Insts[I]);
+    if (!Base) continue;
+    for (size_t Back = 1; Back <= N; ++Back) {  // the last writer, around the loop (I itself last)
+      const MCInst &W = B.Insts[(I + N - Back) % N];
+      if (!writes(E, W, Base)) continue;
+      Out[I] = loadsPointer(E, W);
+      break;
+    }
+  }
+  return Out;
+}
+
+void shortenPointerChases(const EngineImpl &E, const BlockImpl &B,
+                          SmallVectorImpl<std::unique_ptr<mca::Instruction>> &Lowered, const Globals &G,
+                          std::vector<std::unique_ptr<mca::WriteDescriptor>> &Owned) {
+  const unsigned Saving = G.param("pointer_chase_saving");
+  if (!Saving) return;
+  const std::vector<bool> Chases = pointerChases(E, B);
+  for (size_t I = 0; I < Chases.size(); ++I) {
+    if (!Chases[I]) continue;
+    const MCInst &MI = B.Insts[I];
+    const auto &Descs = Lowered[I]->getDesc().Writes;
+    for (mca::WriteState &W : Lowered[I]->getDefs()) {
+      const auto Desc = llvm::find_if(Descs, [&](const mca::WriteDescriptor &D) {
+        if (D.isImplicitWrite()) return D.RegisterID == W.getRegisterID();
+        const MCOperand &Op = MI.getOperand(D.OpIndex);
+        return Op.isReg() && Op.getReg() == W.getRegisterID();
+      });
+      if (Desc == Descs.end()) continue;
+      Owned.push_back(std::make_unique<mca::WriteDescriptor>(*Desc));
+      Owned.back()->Latency = W.getLatency() - std::min(W.getLatency(), Saving);  // the current one: a sync may lengthen it
+      W = mca::WriteState(*Owned.back(), W.getRegisterID(), W.clearsSuperRegisters(), W.isWriteZero());
+    }
+  }
+}
+
+}  // namespace dt
