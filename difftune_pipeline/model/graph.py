@@ -101,10 +101,11 @@ def pages_per_iteration(accesses: list[tuple]) -> float:
         k = seen.get((it, instr), 0)
         seen[(it, instr)] = k + 1
         streams.setdefault((instr, k), []).append(address)
+    iterations = 1 + max((a[0] for a in accesses), default=0)
     rate = 0.0
     for addresses in streams.values():
         steps = {b - a for a, b in zip(addresses, addresses[1:])}
-        if len(addresses) >= 2 and len(steps) == 1 and 0 < abs(next(iter(steps))) < PAGE:
+        if iterations >= 2 and len(addresses) == iterations and len(steps) == 1 and 0 < abs(next(iter(steps))) < PAGE:
             rate = max(rate, abs(next(iter(steps))) / PAGE)
     return rate
 
