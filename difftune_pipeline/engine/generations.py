@@ -69,10 +69,10 @@ class Generation:
 # never weighed by ``auto``: BHive's harness starts with the stack empty, so a block
 # out of balance faults on every Intel core (mechanisms.py), and the few blocks
 # that do are too few to move a whole val MAPE. Page walks too: under LLVM's
-# values they bring 247 of the 338 Haswell train blocks they change closer (Ivy
-# Bridge 283 of 379, Skylake 236 of 355; mechanisms.py), and fast pointer chasing
-# 173 of 231 (225 of 295, 182 of 232), the train MAPE from 7.36% to 7.02% (8.11%
-# to 7.71%, 8.87% to 8.52%). Bank conflicts: Sandy and Ivy Bridge only
+# values they bring 248 of the 339 Haswell train blocks they change closer (Ivy
+# Bridge 279 of 375, Skylake 236 of 352), and fast pointer chasing 173 of 231
+# (225 of 295, 182 of 232), the train MAPE from 7.36% to 7.02% (8.10% to 7.71%,
+# 8.87% to 8.52%; bench/optional_mechanisms.py --extended). Bank conflicts: Sandy and Ivy Bridge only
 # (Haswell removed them). Zen+: the memory dependencies, the stack engine and the
 # zero-count shift; its front end is not Intel's and is not modelled; its
 # measurements are nanoBench's (AnICA's set).

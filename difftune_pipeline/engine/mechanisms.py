@@ -92,7 +92,9 @@ class Parameter:
 # cycle of its own only when its opcode byte is in the first (front_end.cpp).
 # Five on every generation: on the pipeline's train split of BHive's files (full
 # profile), LLVM's values under the extended model score 7.41% MAPE with 5 and
-# 8.52% with 6 on Haswell, 8.03% and 9.09% on Ivy Bridge, 9.01% and 9.88% on Skylake.
+# 8.52% with 6 on Haswell, 8.03% and 9.09% on Ivy Bridge, 9.01% and 9.88% on Skylake
+# (on blocks 1000-3999 of each file, bench/predecoder.py: 6.27% and 7.42%, 7.48% and
+# 8.15%, 8.61% and 9.56%).
 # Memory: a load fed by a store gets its data about as late as its own load
 # latency (Agner Fog, "The microarchitecture of Intel, AMD and VIA CPUs",
 # "store forwarding": ~5 cycles on these cores), so no extra cycles by default;
