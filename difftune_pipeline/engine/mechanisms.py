@@ -28,10 +28,10 @@ read them from here.
   x87 stack or pushes onto a full one (the stack followed from empty, as BHive's
   harness leaves it, until it settles) issues once every older instruction has
   retired, and a number of cycles later: the microcode assist of a masked stack fault.
-- ``page_walk`` (Intel): the run's first access to a 4 KiB page walks the page
-  tables, and no younger memory operation issues until a number of cycles after
-  it (with ``memory``, at the addresses a harness model gives; past the recorded
-  iterations, only accesses whose addresses keep one stride count).
+- ``page_walk`` (Intel): an access of a stream that steps by a constant stride
+  of less than a page an iteration, the run's first to a 4 KiB page, walks the
+  page tables, and no younger memory operation issues until a number of cycles
+  after it (with ``memory``, at the addresses a harness model gives).
 - ``pointer_chasing`` (Intel): a load through a pointer a plain load gave (base
   plus a displacement under 2048, no index) delivers its data a number of
   cycles sooner: the load pipeline's short path.
@@ -140,9 +140,10 @@ class Parameter:
 # page, so a block that advances a pointer by a stride (an epilogue's `addq $N,
 # %rsp` before its pops) reaches a new virtual page, whose translation the DTLB
 # lacks, every 4096/stride iterations (Intel's optimization manual, "DTLB").
-# On the pipeline's train split (full profile), the blocks that do so at up to
-# half a page an iteration are predicted too fast by about 7 cycles per page they
-# reach, on Haswell, Ivy Bridge and Skylake alike.
+# On the pipeline's train split (full profile), the blocks whose one strided
+# stream advances 64 to 4095 bytes an iteration are predicted too fast by 5.4 to
+# 8.3 cycles per page they reach (medians per stride band), on Haswell, Ivy
+# Bridge and Skylake alike.
 PARAMETERS: dict[str, Parameter] = {
     "predecode_bytes": Parameter("front_end", 16, (1, 64), (8, 32), 4, 16.0),
     "predecode_width": Parameter("front_end", 5, (1, 16), (2, 16), 1, 5.0),
