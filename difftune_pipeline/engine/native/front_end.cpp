@@ -11,24 +11,6 @@ namespace {
 // X86 condition codes as LLVM numbers them (X86::CondCode).
 enum Cond { kO, kNO, kB, kAE, kE, kNE, kBE, kA, kS, kNS, kP, kNP, kL, kGE, kLE, kG };
 
-struct MemOperand {
-  bool Present = false, Indexed = false, RipRelative = false;
-};
-
-MemOperand memOperand(const EngineImpl &E, const MCInst &MI) {
-  const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
-  MemOperand M;
-  for (unsigned I = 0; I + 2 < MI.getNumOperands() && I < D.getNumOperands(); ++I) {
-    if (D.operands()[I].OperandType != MCOI::OPERAND_MEMORY) continue;
-    M.Present = true;
-    const MCOperand &Base = MI.getOperand(I), &Index = MI.getOperand(I + 2);
-    M.Indexed = Index.isReg() && Index.getReg();
-    M.RipRelative = Base.isReg() && Base.getReg() && StringRef(E.MRI->getName(Base.getReg())) == "RIP";
-    break;
-  }
-  return M;
-}
-
 // An immediate operand, not counting the memory operand's scale and displacement.
 bool hasImmediate(const EngineImpl &E, const MCInst &MI) {
   const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
@@ -121,6 +103,27 @@ unsigned opcodeOffset(const std::string &Hex) {
 }
 
 }  // namespace
+
+MemOperand memOperand(const EngineImpl &E, const MCInst &MI) {
+  const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
+  MemOperand M;
+  for (unsigned I = 0; I + 2 < MI.getNumOperands() && I < D.getNumOperands(); ++I) {
+    if (D.operands()[I].OperandType != MCOI::OPERAND_MEMORY) continue;
+    M.Present = true;
+    const MCOperand &Base = MI.getOperand(I), &Index = MI.getOperand(I + 2);
+    M.Indexed = Index.isReg() && Index.getReg();
+    M.RipRelative = Base.isReg() && Base.getReg() && StringRef(E.MRI->getName(Base.getReg())) == "RIP";
+    if (Base.isReg()) M.Base = Base.getReg();
+    if (I + 4 < MI.getNumOperands()) {
+      const MCOperand &Disp = MI.getOperand(I + 3), &Segment = MI.getOperand(I + 4);
+      M.ImmediateDisp = Disp.isImm();
+      M.Disp = Disp.isImm() ? Disp.getImm() : 0;
+      M.Segmented = Segment.isReg() && Segment.getReg();
+    }
+    break;
+  }
+  return M;
+}
 
 FrontEndParams frontEndParams(const Globals &G, const MCSchedModel &SM) {
   constexpr unsigned Unlimited = 1u << 20;

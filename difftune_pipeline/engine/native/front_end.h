@@ -16,6 +16,16 @@
 
 namespace dt {
 
+// An instruction's memory operand, as micro-fusion, macro-fusion and the load
+// pipeline's short path (pointer_chasing.h) read it.
+struct MemOperand {
+  bool Present = false, Indexed = false, RipRelative = false, Segmented = false;
+  llvm::MCRegister Base;      // none: an absolute address
+  bool ImmediateDisp = false;  // the displacement is a number (not a symbol)
+  int64_t Disp = 0;
+};
+MemOperand memOperand(const EngineImpl &E, const llvm::MCInst &MI);
+
 // What the front end knows of one instruction of the block.
 struct FrontEndInstr {
   unsigned Bytes = 1;          // its length in machine code

@@ -1,4 +1,5 @@
 #include "pointer_chasing.h"
+#include "front_end.h"
 
 using namespace llvm;
 
@@ -10,19 +11,11 @@ constexpr int64_t kShortDisplacement = 2048;
 // The base register of MI's memory operand when it is a simple pointer
 // dereference (base + displacement in [0, 2048), no index, no segment, not RIP).
 MCRegister simpleBase(const EngineImpl &E, const MCInst &MI) {
-  const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
-  if (!D.mayLoad()) return MCRegister();
-  for (unsigned I = 0; I + 4 < MI.getNumOperands() && I < D.getNumOperands(); ++I) {
-    if (D.operands()[I].OperandType != MCOI::OPERAND_MEMORY) continue;
-    const MCOperand &Base = MI.getOperand(I), &Index = MI.getOperand(I + 2), &Disp = MI.getOperand(I + 3),
-                    &Segment = MI.getOperand(I + 4);
-    if (!Base.isReg() || !Base.getReg() || (Index.isReg() && Index.getReg()) || (Segment.isReg() && Segment.getReg()))
-      return MCRegister();
-    if (!Disp.isImm() || Disp.getImm() < 0 || Disp.getImm() >= kShortDisplacement) return MCRegister();
-    if (StringRef(E.MRI->getName(Base.getReg())) == "RIP") return MCRegister();
-    return Base.getReg();
-  }
-  return MCRegister();
+  const MemOperand M = memOperand(E, MI);
+  if (!E.MCII->get(MI.getOpcode()).mayLoad() || !M.Present || !M.Base || M.Indexed || M.Segmented ||
+      M.RipRelative || !M.ImmediateDisp || M.Disp < 0 || M.Disp >= kShortDisplacement)
+    return MCRegister();
+  return M.Base;
 }
 
 // A plain load of a pointer: what the short path follows (uiCA's list).
