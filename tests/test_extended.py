@@ -138,6 +138,12 @@ def test_store_to_load_through_the_same_address(haswell, base):
     assert slower >= forwarded + 2.5 * ITER
 
 
+def test_each_cycle_of_forwarding_latency_costs_a_cycle_an_iteration(haswell, base):
+    for asm in (STORE_LOAD_SAME, "addq $1, (%rdi)"):
+        runs = [cycles(haswell, asm, model(base, ("memory",), store_forward_latency=f), "none") for f in range(4)]
+        assert [b - a for a, b in zip(runs, runs[1:])] == pytest.approx([ITER] * 3, abs=3)
+
+
 def test_store_to_load_through_registers_the_harness_makes_equal(haswell, base):
     plain = cycles(haswell, STORE_LOAD_TWO_REGISTERS, base)
     symbolic = cycles(haswell, STORE_LOAD_TWO_REGISTERS, model(base, ("memory",)), "none")

@@ -106,6 +106,25 @@ def test_recorded_store_load_edges_are_forwarded_or_failed(haswell):
     assert fail.grad.item() == 1.0  # the penalty is learnable through the surrogate
 
 
+def test_a_read_modify_write_forwards_from_its_last_cycle_as_in_the_engine(haswell):
+    """`addq $1, (%rdi)` feeds the next iteration's load from its store, a cycle
+    before the instruction completes; a plain store feeds it the cycle after it issues."""
+    for asm, forward in (("addq $1, (%rdi)", 0), ("addq $1, (%rdi)", 2), ("movq %rax, (%rdi)\nmovq (%rdi), %rax", 1)):
+        block = harness.accesses(haswell.parse_asm(asm), "none").attach(haswell.parse_asm(asm))
+        n = len(block.operands)
+        deps = [e for e in dependencies(block.operands) if e.kind != "memory"]
+        graph = BlockGraphs.build([deps + memory_dependencies(block.accesses, n)], [n], memory=True).select([0])
+        table = haswell.default_table([block]).with_model(("memory",), "none")
+        table.globals["store_forward_latency"] = forward
+        trace = haswell.trace(block, table, iterations=40, shown=n)
+        latency = torch.tensor([[float(e.executed - e.issued) for e in trace.timeline[:n]]])
+        _, carried = latency_bounds(latency, torch.zeros(1, n), graph, float(forward))
+        engine = haswell.simulate([block], table, iterations=400).steady[0] / 100
+        assert carried.item() == pytest.approx(engine, abs=0.05)
+        if n == 1:
+            assert carried.item() == latency.item() - 1 + forward
+
+
 def test_features_and_bounds_track_the_engine(haswell, sample_rows):
     blocks = [b for b in haswell.disassemble_many([h for h, _ in sample_rows[:300]]) if b.ok]
     table = haswell.default_table(blocks)

@@ -9,7 +9,8 @@ costs the producer's latency, less the consumer's ReadAdvance when it is a
 register operand (not an address). Store→load edges
 are timed only under the extended model's memory mechanism (llvm-mca assumes no
 aliasing), from the addresses a harness model recorded, at the producer's
-latency plus the store-to-load forwarding latency, or plus the failed-forwarding
+last cycle (its latency less one, at least one: when its data µop executes) plus the
+store-to-load forwarding latency, or at its latency plus the failed-forwarding
 penalty when no one store access holds all the bytes the load reads (the engine
 counts that penalty from the store's retirement).
 """
@@ -206,7 +207,10 @@ def latency_bounds(
         return v.repeat_interleave(graph.width)[graph.dst]
 
     extra = per_edge(forward) * graph.memory + per_edge(fail) * graph.failed
-    weight = torch.relu(flat_lat[graph.src] + extra - advance.reshape(-1)[graph.dst] * graph.register)  # [E]
+    # a forwarded store feeds the load from its last cycle, when its data µop
+    # executes, and never before the cycle after it issues (memory_unit.cpp)
+    produced = torch.where(graph.memory, (flat_lat[graph.src] - 1.0).clamp(min=1.0), flat_lat[graph.src])
+    weight = torch.relu(produced + extra - advance.reshape(-1)[graph.dst] * graph.register)  # [E]
     # the within-iteration and the carried edges, each selected once: relax runs
     # UNROLL times the longest chain per call
     same = (graph.dst[~graph.carried], graph.src[~graph.carried], weight[~graph.carried])

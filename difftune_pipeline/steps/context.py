@@ -27,11 +27,11 @@ SPLITS = ("train", "val", "test")
 CODE_VERSIONS = {
     "accesses": "2",
     "default_params": "9",
-    "features": "3",
+    "features": "4",
     "sampled_tables": "2",
     "simulations": "2",
-    "surrogate": "15",
-    "learned_params": "24",
+    "surrogate": "16",
+    "learned_params": "25",
     "evaluation": "7",
 }
 

@@ -182,8 +182,14 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
 void MemoryUnit::onInstructionIssued(const mca::InstRef &IR) {
   if (!IR.getInstruction()->isMemOp()) return;
   LSUnitBase::onInstructionIssued(IR);
-  if (Store *S = storeOf(IR.getInstruction()->getLSUTokenID()))
+  if (Store *S = storeOf(IR.getInstruction()->getLSUTokenID())) {
     for (unsigned G : {S->Forward, S->Alias, S->Fail}) getGroup(G).onInstructionIssued(IR);
+    // forwarded from the store's last cycle, when its data µop executes (a
+    // read-modify-write's is after its load and operation), and never before
+    // the cycle after it issues
+    const int Last = std::max(IR.getInstruction()->getCyclesLeft() - 1, 1);
+    schedule(S->Forward, unsigned(Last) + ForwardDelay, IR.getSourceIndex());
+  }
   if (Load *L = loadOf(IR.getInstruction()->getLSUTokenID())) {
     getGroup(L->Bank).onInstructionIssued(IR);
     schedule(L->Bank, BankDelay, IR.getSourceIndex());
@@ -206,10 +212,7 @@ void MemoryUnit::onInstructionExecuted(const mca::InstRef &IR) {
   if (!IR.getInstruction()->isMemOp()) return;
   const unsigned Token = IR.getInstruction()->getLSUTokenID();
   LSUnitBase::onInstructionExecuted(IR);
-  if (Store *S = storeOf(Token)) {
-    schedule(S->Forward, ForwardDelay, IR.getSourceIndex());
-    schedule(S->Alias, AliasDelay, IR.getSourceIndex());
-  }
+  if (Store *S = storeOf(Token)) schedule(S->Alias, AliasDelay, IR.getSourceIndex());
 }
 
 void MemoryUnit::onInstructionRetired(const mca::InstRef &IR) {
