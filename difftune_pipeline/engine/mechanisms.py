@@ -6,9 +6,8 @@ read them from here.
   cycle, decoders (one complex; before Skylake not the last for a fusible instruction), the µop
   queue and the issue width, macro-fusion (cmp/test+jcc) and micro-fusion, and
   the predecoder's stall on a length-changing prefix (66h with a 16-bit immediate).
-- ``memory``: a load waits for the youngest older store to its bytes (from the
-  store's last cycle, when its data µop executes, plus a store-to-load
-  forwarding latency) or for one whose address it 4K-aliases (a penalty), at the
+- ``memory``: a load waits for the youngest older store to its bytes (once the
+  store's data is ready, plus a store-to-load forwarding latency) or for one whose address it 4K-aliases (a penalty), at the
   addresses a harness model gives (see ``difftune_pipeline.harness``).
 - ``stack_engine``: push and pop leave no dependency chain through RSP (each
   waits only for the last explicit write of RSP, whose value its address is
@@ -99,9 +98,11 @@ class Parameter:
 # Memory: a load fed by a store gets its data about as late as its own load
 # latency (Agner Fog, "The microarchitecture of Intel, AMD and VIA CPUs",
 # "store forwarding": ~5 cycles on these cores), so no extra cycles by default,
-# counted from the store's data µop: a read-modify-write's last cycle (BHive
-# measures `addl $1, 56(%rsp)` at 6.0 cycles an iteration on Haswell, whose
-# instruction LLVM times at 7);
+# counted from when the store's data is ready: a plain store's (a register or an
+# immediate) the cycle after it issues, whatever latency LLVM gives it (Sandy
+# Bridge's push: 5), a read-modify-write's in its last cycle (BHive measures
+# `addl $1, 56(%rsp)` at 6.0 cycles an iteration on Haswell, whose instruction
+# LLVM times at 7);
 # a failed forward costs about 10-12 cycles more (same guide); a 4K-aliasing
 # load is reissued about 5 cycles later (the Optimization Manual, "4K aliasing").
 # Stack engine: one sync µop, an ALU operation of one cycle (Agner Fog, same

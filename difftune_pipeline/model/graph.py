@@ -8,11 +8,12 @@ iterations, read as the fastest growth of an instruction's start time; an edge
 costs the producer's latency, less the consumer's ReadAdvance when it is a
 register operand (not an address). Store→load edges
 are timed only under the extended model's memory mechanism (llvm-mca assumes no
-aliasing), from the addresses a harness model recorded, at the producer's
-last cycle (its latency less one, at least one: when its data µop executes) plus the
-store-to-load forwarding latency, or at its latency plus the failed-forwarding
-penalty when no one store access holds all the bytes the load reads (the engine
-counts that penalty from the store's retirement).
+aliasing), from the addresses a harness model recorded: once the store's data
+is ready (a plain store's the cycle after it issues, a read-modify-write's in
+its last cycle, its latency less one) plus the store-to-load forwarding latency,
+or at its latency plus the failed-forwarding penalty when no one store access
+holds all the bytes the load reads (the engine counts that penalty from the
+store's retirement).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Edge:
     distance: int  # 0: within an iteration; 1: from the previous iteration
     kind: str  # "register" | "address" (a register of the address) | "memory" (store -> load)
     forwarded: bool = True  # memory: the store holds every byte the load reads there
+    loaded: bool = False  # memory: the store also loads (a read-modify-write): its data comes in its last cycle
 
 
 def dependencies(operands: list[dict]) -> list[Edge]:
@@ -47,7 +49,7 @@ def dependencies(operands: list[dict]) -> list[Edge]:
         if op["may_load"] and op["address"]:
             src = _last(operands, j, lambda o, address=op["address"]: o["may_store"] and o["address"] == address)
             if src is not None:
-                edges.append(Edge(src[0], j, src[1], "memory"))
+                edges.append(Edge(src[0], j, src[1], "memory", True, operands[src[0]]["may_load"]))
     return edges
 
 
@@ -70,8 +72,10 @@ def memory_dependencies(accesses: list[tuple], n: int) -> list[Edge]:
     """Store→load edges from recorded accesses ``(iteration, instruction, address,
     bytes, store)``: each load of the second iteration depends on the last store
     before it (this iteration, else the previous one) whose bytes it reads;
-    ``forwarded`` when that store holds all of them."""
+    ``forwarded`` when that store holds all of them, ``loaded`` when the store's
+    instruction also loads."""
     stores = {k: [(i, a, w) for it, i, a, w, st in accesses if it == k and st] for k in (0, 1)}
+    loading = {i for _, i, _, _, st in accesses if not st}
     edges = set()
     for it, j, address, width, store in accesses:
         if it != 1 or store:
@@ -83,7 +87,7 @@ def memory_dependencies(accesses: list[tuple], n: int) -> list[Edge]:
             if hits:
                 i = max(h[0] for h in hits)
                 whole = any(a <= address and address + width <= a + w for h, a, w in hits if h == i)
-                edges.add(Edge(i, j, distance, "memory", whole))
+                edges.add(Edge(i, j, distance, "memory", whole, i in loading))
                 break
     return sorted(edges, key=lambda e: (e.dst, e.src))
 
@@ -132,6 +136,7 @@ class BatchGraph:
     register: torch.Tensor  # [E] bool: a register operand (ReadAdvance applies), not an address
     memory: torch.Tensor  # [E] bool: store -> load, forwarded (forwarding latency applies)
     failed: torch.Tensor  # [E] bool: store -> load, not forwarded (the failed-forwarding penalty applies)
+    loaded: torch.Tensor  # [E] bool: store -> load from a store that also loads (a read-modify-write)
     depth: int  # the longest within-iteration chain of the batch, in edges
     width: int
 
@@ -140,7 +145,7 @@ class BatchGraph:
 class BlockGraphs:
     """The timed dependency graphs of many blocks; ``select`` makes a batch."""
 
-    edges: list[torch.Tensor]  # per block [E, 6]: src, dst, carried, register, forwarded, failed
+    edges: list[torch.Tensor]  # per block [E, 7]: src, dst, carried, register, forwarded, failed, loaded
     sizes: list[int]  # instructions per block
     depth: torch.Tensor  # per block: its longest within-iteration chain, in edges
 
@@ -159,12 +164,12 @@ class BlockGraphs:
                             e.dst,
                             e.distance,
                             e.kind == "register",
-                            *((e.forwarded, not e.forwarded) if e.kind == "memory" else (0, 0)),
+                            *((e.forwarded, not e.forwarded, e.loaded) if e.kind == "memory" else (0, 0, 0)),
                         ]
                         for e in timed
                     ],
                     dtype=torch.long,
-                ).reshape(-1, 6)
+                ).reshape(-1, 7)
             )
             longest = [0] * n
             for e in sorted((e for e in timed if e.distance == 0), key=lambda e: e.dst):
@@ -174,7 +179,7 @@ class BlockGraphs:
 
     def select(self, idx: list[int]) -> BatchGraph:
         width = max(1, max(self.sizes[i] for i in idx))
-        e = torch.cat([self.edges[i] for i in idx]) if idx else torch.zeros(0, 6, dtype=torch.long)
+        e = torch.cat([self.edges[i] for i in idx]) if idx else torch.zeros(0, 7, dtype=torch.long)
         counts = torch.tensor([len(self.edges[i]) for i in idx], dtype=torch.long)
         e[:, :2] += (torch.arange(len(idx)) * width).repeat_interleave(counts).unsqueeze(1)  # block b's at b * width
         return BatchGraph(
@@ -184,6 +189,7 @@ class BlockGraphs:
             e[:, 3].bool(),
             e[:, 4].bool(),
             e[:, 5].bool(),
+            e[:, 6].bool(),
             int(self.depth[idx].max()),
             width,
         )
@@ -207,9 +213,11 @@ def latency_bounds(
         return v.repeat_interleave(graph.width)[graph.dst]
 
     extra = per_edge(forward) * graph.memory + per_edge(fail) * graph.failed
-    # a forwarded store feeds the load from its last cycle, when its data µop
-    # executes, and never before the cycle after it issues (memory_unit.cpp)
-    produced = torch.where(graph.memory, (flat_lat[graph.src] - 1.0).clamp(min=1.0), flat_lat[graph.src])
+    # a forwarded store feeds the load when its data is ready (memory_unit.cpp):
+    # a read-modify-write's in its last cycle, a plain store's (a register or an
+    # immediate) the cycle after it issues
+    last = torch.where(graph.loaded, (flat_lat[graph.src] - 1.0).clamp(min=1.0), torch.ones_like(flat_lat[graph.src]))
+    produced = torch.where(graph.memory, last, flat_lat[graph.src])
     weight = torch.relu(produced + extra - advance.reshape(-1)[graph.dst] * graph.register)  # [E]
     # the within-iteration and the carried edges, each selected once: relax runs
     # UNROLL times the longest chain per call

@@ -1,8 +1,9 @@
 // The extended model's load/store unit: an LSUnitBase in which a load waits for
 // the youngest older store that writes bytes it reads, at the addresses a harness model
-// recorded: forwarded from the store's last cycle, when its data µop executes (a
-// read-modify-write's comes after its load and operation), when one store access
-// holds all the bytes the load reads there, or else after the store retires (a failed forward); a
+// recorded: forwarded once the store's data is ready (a plain store's the cycle
+// after it issues, a read-modify-write's in its last cycle) when one store access
+// holds all the bytes the load reads there, or else after the store retires (a
+// failed forward); a
 // load whose address only 4K-aliases an older store's waits too. Nothing else
 // orders memory operations: a load waits for no store it does not touch, and
 // stores execute when their operands are ready (they commit in order anyway).
@@ -35,7 +36,7 @@ namespace dt {
 
 class MemoryUnit final : public llvm::mca::LSUnitBase {
   // A store in flight, and the stand-in groups through which loads wait for it:
-  // each "executes" its delay after the store's last cycle (Alias: after it
+  // each "executes" its delay after the store's data is ready (Alias: after it
   // executes; Fail: after it retires).
   struct Store {
     unsigned Group = 0, Forward = 0, Alias = 0, Fail = 0;  // its own group and its stand-ins
