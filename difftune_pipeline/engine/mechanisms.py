@@ -7,8 +7,9 @@ read them from here.
   queue and the issue width, macro-fusion (cmp/test+jcc) and micro-fusion, and
   the predecoder's stall on a length-changing prefix (66h with a 16-bit immediate).
 - ``memory``: a load waits for the youngest older store to its bytes (once the
-  store's data is ready, plus a store-to-load forwarding latency) or for one whose address it 4K-aliases (a penalty), at the
-  addresses a harness model gives (see ``difftune_pipeline.harness``).
+  store's data is ready, plus a store-to-load forwarding latency) or for one
+  whose address it 4K-aliases (a penalty), at the addresses a harness model
+  gives (see ``difftune_pipeline.harness``).
 - ``stack_engine``: push and pop leave no dependency chain through RSP (each
   waits only for the last explicit write of RSP, whose value its address is
   offset from), and push/pop/call/ret no µop to update it; an explicit use of RSP
