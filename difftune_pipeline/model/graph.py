@@ -10,7 +10,7 @@ register operand (not an address). Store→load edges
 are timed only under the extended model's memory mechanism (llvm-mca assumes no
 aliasing), from the addresses a harness model recorded: once the store's data
 is ready (a plain store's the cycle after it issues, a read-modify-write's in
-its last cycle, its latency less one) plus the store-to-load forwarding latency,
+its last cycle: its latency less one, at least one) plus the store-to-load forwarding latency,
 or at its latency plus the failed-forwarding penalty when no one store access
 holds all the bytes the load reads (the engine counts that penalty from the
 store's retirement).

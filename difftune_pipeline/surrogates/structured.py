@@ -10,8 +10,10 @@ Per iteration a block needs at least
   path's saving), less ReadAdvance on register operands, a
   max-plus recurrence (differentiable almost everywhere); under the extended
   model's memory mechanism, store→load edges (from the block's recorded
-  accesses) cost the store's latency plus the forwarding latency, or plus the
-  failed-forwarding penalty when no one store access holds the bytes the load reads;
+  accesses) cost the cycles until the store's data is ready (a plain store's
+  one, a read-modify-write's its latency less one) plus the forwarding latency,
+  or its latency plus the failed-forwarding penalty when no one store access
+  holds the bytes the load reads;
 - under the extended model's front end: its bytes over the predecoder's block,
   its instructions over the instructions predecoded per cycle, its decoded
   instructions (a macro-fused pair counts once) over the decoders, a cycle of

@@ -184,10 +184,10 @@ void MemoryUnit::onInstructionIssued(const mca::InstRef &IR) {
   LSUnitBase::onInstructionIssued(IR);
   if (Store *S = storeOf(IR.getInstruction()->getLSUTokenID())) {
     for (unsigned G : {S->Forward, S->Alias, S->Fail}) getGroup(G).onInstructionIssued(IR);
-    // forwarded once its data is ready: a plain store's (a register or an
-    // immediate) the cycle after it issues, whatever latency its description
-    // gives it (a push's counts its stack update); a read-modify-write's in its
-    // last cycle, after its load and operation
+    // forwarded once its data is ready: a store that loads nothing (a
+    // register, an immediate) the cycle after it issues, whatever latency its
+    // description gives it (a push's counts its stack update); a
+    // read-modify-write's in its last cycle, after its load and operation
     const mca::Instruction &I = *IR.getInstruction();
     const int Ready = I.getMayLoad() ? std::max(I.getCyclesLeft() - 1, 1) : 1;
     schedule(S->Forward, unsigned(Ready) + ForwardDelay, IR.getSourceIndex());
