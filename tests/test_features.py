@@ -109,12 +109,11 @@ def test_recorded_store_load_edges_are_forwarded_or_failed(haswell):
 def forwarding(engine: Engine, asm: str, mechanisms: tuple, forward: int) -> tuple[float, float, list[float]]:
     """(the surrogate's recurrence, the engine's cycles an iteration, the engine's
     latencies) of ``asm`` under ``mechanisms`` with BHive's addresses."""
-    block = harness.accesses(engine.parse_asm(asm), "bhive").attach(engine.parse_asm(asm))
+    parsed = engine.parse_asm(asm)
+    block = harness.accesses(parsed, "bhive").attach(parsed)
     n = len(block.operands)
-    operands = without_stack_updates(block.operands) if "stack_engine" in mechanisms else block.operands
-    deps = [e for e in dependencies(operands) if e.kind != "memory"] + memory_dependencies(block.accesses, n)
-    graph = BlockGraphs.build([deps], [n], memory=True).select([0])
     table = engine.default_table([block]).with_model(mechanisms, "bhive")
+    graph = StructuredBlocks.build([block], {}, table.mechanisms).select(torch.tensor([0])).graph  # the surrogate's
     table.globals["store_forward_latency"] = forward
     trace = engine.trace(block, table, iterations=40, shown=n)
     latency = [float(e.executed - e.issued) for e in trace.timeline[:n]]

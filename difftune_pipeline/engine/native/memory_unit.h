@@ -3,8 +3,7 @@
 // recorded: forwarded once the store's data is ready (a plain store's the cycle
 // after it issues, a read-modify-write's in its last cycle) when one store access
 // holds all the bytes the load reads there, or else after the store retires (a
-// failed forward); a
-// load whose address only 4K-aliases an older store's waits too. Nothing else
+// failed forward); a load whose address only 4K-aliases an older store's waits too. Nothing else
 // orders memory operations: a load waits for no store it does not touch, and
 // stores execute when their operands are ready (they commit in order anyway).
 // On Sandy and Ivy Bridge (bank_conflict) two loads of one L1 bank (address bits
