@@ -402,7 +402,47 @@ def test_bank_conflicts_are_sandy_and_ivy_bridges_and_need_memory(haswell, base)
         "pointer_chasing",
         "bank_conflict",
         "partial_register",
+        "slow_lea",
     )
+
+
+def test_an_lea_of_three_components_takes_the_slow_path():
+    """Intel's optimization manual ("Using LEA"): base, index and displacement, or a
+    base of RBP or R13 with an index, take 3 cycles on port 1. BHive measures the chain
+    `leaq 8(%rbp,%rsi,8), %rbp` at 3.0 cycles an iteration on Skylake and `leaq
+    1(%rbx,%r14), %rdi` alone at 1.0; LLVM gives every LEA one cycle on two ports."""
+    for mcpu in ("ivybridge", "haswell", "skylake"):
+        engine = Engine(mcpu)
+        on = engine.default_table().with_model(extended.for_cpu(mcpu))
+        assert "slow_lea" in on.mechanisms and on.globals["slow_lea_latency"] == 3
+        off = on.with_model(tuple(m for m in on.mechanisms if m != "slow_lea"))
+        for asm, slow, fast in [
+            ("leaq 8(%rbp,%rsi,8), %rbp", 300, 100),
+            ("leaq 1(%rbx,%r14), %rdi", 100, 50),
+            ("leaq (%rbp,%rcx), %rbp", 300, 100),  # RBP as the base, with an index
+            ("leal 1(%rax,%rax), %eax", 300, 100),
+            ("leaq (%rbx,%rcx), %rbx", 100, 100),  # two components: the fast path
+            ("leaq 8(%rbx), %rbx", 100, 100),
+            ("leaq 8(%rip), %rbx", 50, 50),  # RIP-relative: left out (no BHive block has one)
+        ]:
+            assert (steady(engine, asm, on), steady(engine, asm, off)) == (slow, fast), (mcpu, asm)
+            assert engine.parse_asm(asm).operands[0]["slow_lea"] == (slow != fast), (mcpu, asm)
+        # the slow form takes slow_lea_latency cycles, whatever the LEA's row says;
+        # the row still times the fast path and gives the slow one its µops
+        chain = "leaq 8(%rbp,%rsi,8), %rbp"
+        slower = model(on, on.mechanisms, slow_lea_latency=5)
+        assert steady(engine, chain, slower) == 500
+        row = on.copy()
+        row.rows["LEA64r"] = {**on.rows["LEA64r"], "latency": [2]}
+        assert steady(engine, chain, row) == 300 and steady(engine, "leaq 8(%rbx), %rbx", row) == 200
+        row.rows["LEA64r"]["uops"] = 8  # two cycles of issue, four µops a cycle
+        assert steady(engine, "leaq 1(%rbx,%r14), %rdi", row) == 200
+    zen = Engine("znver1")
+    forced = zen.default_table().with_model(extended.for_cpu("znver1"))
+    forced.mechanisms = (*forced.mechanisms, "slow_lea")
+    forced.globals["slow_lea_latency"] = 3
+    with pytest.raises(InvalidTable, match="slow_lea is not a mechanism of znver1"):
+        zen.compile(forced)
 
 
 def test_a_partial_register_write_merges_into_the_full_register(haswell, base):
@@ -578,14 +618,16 @@ def test_auto_weighs_each_mechanism_only_a_generation_has():
     intel = ("front_end", "memory", "stack_engine", "x87_stack", "page_walk", "pointer_chasing")
     assert extended.candidates("ivybridge") == {
         (): "llvm-mca",
-        (*intel, "partial_register"): "extended without bank_conflict",
-        (*intel, "bank_conflict"): "extended without partial_register",
-        (*intel, "bank_conflict", "partial_register"): "extended",
+        (*intel, "partial_register", "slow_lea"): "extended without bank_conflict",
+        (*intel, "bank_conflict", "slow_lea"): "extended without partial_register",
+        (*intel, "bank_conflict", "partial_register"): "extended without slow_lea",
+        (*intel, "bank_conflict", "partial_register", "slow_lea"): "extended",
     }
     assert extended.candidates("haswell") == {
         (): "llvm-mca",
-        intel: "extended without partial_register",
-        (*intel, "partial_register"): "extended",
+        (*intel, "slow_lea"): "extended without partial_register",
+        (*intel, "partial_register"): "extended without slow_lea",
+        (*intel, "partial_register", "slow_lea"): "extended",
     }
     assert list(extended.candidates("znver1").values()) == ["llvm-mca", "extended without zero_shift", "extended"]
 
@@ -599,6 +641,7 @@ def test_extended_is_each_generations_own():
         "page_walk",
         "pointer_chasing",
         "partial_register",
+        "slow_lea",
     )
     assert extended.parse("extended", "znver1") == ("memory", "stack_engine", "zero_shift")
     assert extended.parse("extended", "btver2") == ()

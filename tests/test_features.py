@@ -18,7 +18,7 @@ from difftune_pipeline.model.graph import (
     without_stack_updates,
 )
 from difftune_pipeline.model.params import ParamSpace
-from difftune_pipeline.surrogates.structured import bounds
+from difftune_pipeline.surrogates.structured import StructuredConfig, StructuredSurrogate, bounds
 from difftune_pipeline.surrogates.structured_blocks import StructuredBlocks
 
 
@@ -201,6 +201,37 @@ def test_the_front_end_bound_sees_the_first_decoder(haswell):
         b = bounds(params, globals_.expand(3, -1), batch, contain, space.globals)
         front.append(b[0, 3].item())
     assert front[0] <= 0.5 and front[1] == 1.0
+
+
+def test_a_slow_lea_is_bounded_as_the_engine_runs_it():
+    """Under ``slow_lea`` the structured surrogate gives a slow LEA the mechanism's
+    latency and one cycle of port 1, as the engine does: the chain `leaq
+    8(%rbp,%rsi,8), %rbp` recurs at slow_lea_latency cycles and `leaq 1(%rbx,%r14),
+    %rdi` alone takes its port a cycle an iteration; without the mechanism, the row's."""
+    skylake = Engine("skylake")
+    blocks = [skylake.parse_asm(a) for a in ("leaq 8(%rbp,%rsi,8), %rbp", "leaq 1(%rbx,%r14), %rdi")]
+    table = skylake.default_table(blocks).with_model(extended.for_cpu("skylake"))
+    plain = table.with_model(tuple(m for m in table.mechanisms if m != "slow_lea"))
+    found = []
+    for t in (table, plain, model_with(table, slow_lea_latency=5)):
+        space = ParamSpace.create(["LEA64r"], skylake, t)
+        surrogate = StructuredSurrogate.create(
+            ["LEA64r"], StructuredConfig(), blocks, skylake.resources(), space.globals, t.mechanisms
+        )
+        net = surrogate.build_model(None, None)
+        batch = surrogate.inputs(blocks).select(torch.tensor([0, 1]))
+        matrix, globals_ = (torch.tensor(a) for a in space.encode(t))
+        params = torch.cat([matrix, torch.zeros(1, matrix.shape[1])])[batch.rows]
+        b = bounds(params, globals_.expand(2, -1), batch, net.contain, net.names, net.slow_port)
+        engine = (skylake.simulate(blocks, t).predicted("steady") / 100).tolist()
+        found.append(([b[0, 2].item(), b[1, 0].item()], engine))
+    assert found == [([3.0, 1.0], [3.0, 1.0]), ([1.0, 0.5], [1.0, 0.5]), ([5.0, 1.0], [5.0, 1.0])]
+
+
+def model_with(table, **globals_):
+    changed = table.copy()
+    changed.globals.update(globals_)
+    return changed
 
 
 def test_a_partial_write_merges_in_the_graph_as_in_the_engine(haswell):

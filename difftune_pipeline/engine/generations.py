@@ -24,7 +24,7 @@ from difftune_pipeline.engine import mechanisms
 # it changes get worse on Haswell and Skylake and better on Ivy Bridge
 # (bench/optional_mechanisms.py).
 COMMON = ("front_end", "memory", "stack_engine", "x87_stack", "page_walk", "pointer_chasing")
-_INTEL = (*COMMON, "move_elimination", "locked", "partial_register")
+_INTEL = (*COMMON, "move_elimination", "locked", "partial_register", "slow_lea")
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,9 @@ class Generation:
     the front end is not modelled). ``unlaminates_indexed``: micro-fusion never
     keeps an indexed memory operand fused (Sandy and Ivy Bridge; Haswell on keeps
     it when the destination is also a source). ``fusible_on_last_decoder``: an
-    instruction a jcc could fuse with may take the last decoder (Skylake on)."""
+    instruction a jcc could fuse with may take the last decoder (Skylake on).
+    ``slow_lea_port``: how LLVM's names of the port a slow LEA runs on end (port 1:
+    SBPort1, HWPort1, BWPort1, SKLPort1, SKXPort1 in the models of the CPUs above)."""
 
     name: str
     cpus: tuple[str, ...]
@@ -45,6 +47,7 @@ class Generation:
     eliminates_moves: bool = True
     unlaminates_indexed: bool = False
     fusible_on_last_decoder: bool = False
+    slow_lea_port: str = ""
 
     def facts(self) -> dict:
         """What the engine reads: the mechanisms with their parameters' ranges, and the front end's rules."""
@@ -53,6 +56,7 @@ class Generation:
             "mechanisms": [mechanisms.spec(m) for m in self.mechanisms],
             "unlaminates_indexed": self.unlaminates_indexed,
             "fusible_on_last_decoder": self.fusible_on_last_decoder,
+            "slow_lea_port": self.slow_lea_port,
         }
 
 
@@ -81,33 +85,37 @@ GENERATIONS: tuple[Generation, ...] = (
         "sandybridge",
         ("sandybridge", "corei7-avx"),
         (*_INTEL, "bank_conflict"),
-        (*COMMON, "bank_conflict", "partial_register"),
+        (*COMMON, "bank_conflict", "partial_register", "slow_lea"),
         dispatch_width=6,
         eliminates_moves=False,
         unlaminates_indexed=True,
+        slow_lea_port="Port1",
     ),
     Generation(
         "ivybridge",
         ("ivybridge", "core-avx-i"),
         (*_INTEL, "bank_conflict"),
-        (*COMMON, "bank_conflict", "partial_register"),
+        (*COMMON, "bank_conflict", "partial_register", "slow_lea"),
         dispatch_width=6,
         unlaminates_indexed=True,
+        slow_lea_port="Port1",
     ),
     Generation(
         "haswell",
         ("haswell", "core-avx2", "broadwell"),
         _INTEL,
-        (*COMMON, "partial_register"),
+        (*COMMON, "partial_register", "slow_lea"),
         dispatch_width=8,
+        slow_lea_port="Port1",
     ),
     Generation(
         "skylake",
         ("skylake", "skylake-avx512", "cascadelake"),
         _INTEL,
-        (*COMMON, "partial_register"),
+        (*COMMON, "partial_register", "slow_lea"),
         dispatch_width=8,
         fusible_on_last_decoder=True,
+        slow_lea_port="Port1",
     ),
     Generation(
         "zen",
@@ -128,6 +136,13 @@ def facts(mcpu: str) -> dict:
     """The engine's facts of ``mcpu``'s generation ({} for a CPU without one: llvm-mca only)."""
     generation = of(mcpu)
     return generation.facts() if generation else {}
+
+
+def slow_lea_port(resources: list[str]) -> str | None:
+    """The port a slow LEA runs on among a CPU model's ``resources`` (the one whose
+    name ends as a generation's ``slow_lea_port`` says), as the engine finds it."""
+    ends = {g.slow_lea_port for g in GENERATIONS} - {""}
+    return next((r for r in resources if any(r.endswith(e) for e in ends)), None)
 
 
 def covered() -> str:

@@ -30,8 +30,8 @@ CODE_VERSIONS = {
     "features": "4",
     "sampled_tables": "2",
     "simulations": "2",
-    "surrogate": "16",
-    "learned_params": "25",
+    "surrogate": "17",
+    "learned_params": "26",
     "evaluation": "7",
 }
 

@@ -3,11 +3,12 @@ differentiable functions of the parameters, with a small learned correction.
 
 Per iteration a block needs at least
 - port pressure: for every resource, the cycles of everything that must run
-  inside it spread over its units (``features.containment``), the largest;
+  inside it spread over its units (``features.containment``), the largest (a
+  slow LEA, under ``slow_lea``, a cycle of its one port);
 - dispatch: its µops over the dispatch width;
 - its loop-carried recurrence: the register dependency graph unrolled over a
   few iterations with latencies (a pointer chase's load shortened by the fast
-  path's saving), less ReadAdvance on register operands, a
+  path's saving, a slow LEA's the mechanism's), less ReadAdvance on register operands, a
   max-plus recurrence (differentiable almost everywhere); under the extended
   model's memory mechanism, store→load edges (from the block's recorded
   accesses) cost the cycles until the store's data is ready (a plain store's
@@ -42,6 +43,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from difftune_pipeline.engine.generations import slow_lea_port
 from difftune_pipeline.engine.table import GLOBALS
 from difftune_pipeline.model.features import containment
 from difftune_pipeline.model.graph import latency_bounds
@@ -62,19 +64,29 @@ class StructuredConfig(FitConfig):
 
 
 def bounds(
-    params: torch.Tensor, globals_: torch.Tensor, batch: Batch, contain: torch.Tensor, names=GLOBALS
+    params: torch.Tensor,
+    globals_: torch.Tensor,
+    batch: Batch,
+    contain: torch.Tensor,
+    names=GLOBALS,
+    slow_port: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """[B, 4 to 6]: port pressure, dispatch, loop-carried recurrence (cycles per
     iteration), the front end and the drains (with their mechanisms: per
     iteration) and, last, the critical path of one iteration. ``params`` [B, N, P]
     are raw parameter values per instruction (columns of ``ParamSpace``);
-    ``globals_`` [B, G] in ``names`` order."""
+    ``globals_`` [B, G] in ``names`` order; ``slow_port`` [R] one-hot: the
+    resource a slow LEA runs on (under ``slow_lea``)."""
     executes = 1.0 - batch.macro  # a macro-fused jcc executes in the µop before it (the engine eliminates it)
     lat, uops = params[..., 0] * executes, params[..., 1]
     if "pointer_chase_saving" in names:  # a pointer chase's load takes the short path
         lat = torch.relu(lat - batch.chase * globals_[:, names.index("pointer_chase_saving")].unsqueeze(-1))
     adv = params[..., 2 : 2 + READ_ADVANCE_SLOTS].amax(-1)
     ports = params[..., 2 + READ_ADVANCE_SLOTS :] * executes.unsqueeze(-1)
+    if "slow_lea_latency" in names and slow_port is not None:  # a slow LEA: its latency, a cycle of its port
+        slow = batch.slow
+        lat = lat + slow * (globals_[:, names.index("slow_lea_latency")].unsqueeze(-1) - lat)
+        ports = ports + slow.unsqueeze(-1) * (slow_port - ports)
     pressure = (ports.sum(1) @ contain).amax(-1)
     dispatch = uops.sum(1) / globals_[:, 0].clamp(min=1.0)
 
@@ -120,9 +132,13 @@ def n_bounds(names) -> int:
 
 
 class StructuredModel(nn.Module):
-    def __init__(self, n_resources: int, hidden: int, contain: np.ndarray, names=GLOBALS):
+    def __init__(
+        self, n_resources: int, hidden: int, contain: np.ndarray, names=GLOBALS, slow_port: np.ndarray | None = None
+    ):
         super().__init__()
         self.register_buffer("contain", torch.tensor(contain, dtype=torch.float32))
+        slow_port = np.zeros(n_resources) if slow_port is None else slow_port
+        self.register_buffer("slow_port", torch.tensor(slow_port, dtype=torch.float32), persistent=False)
         self.names = tuple(names)
         self.correction = nn.Sequential(
             nn.Linear(n_bounds(self.names) + len(STATIC) + len(self.names), hidden), nn.Tanh(), nn.Linear(hidden, 1)
@@ -132,7 +148,7 @@ class StructuredModel(nn.Module):
         self.n_resources = n_resources
 
     def forward(self, params: torch.Tensor, globals_: torch.Tensor, batch: Batch) -> torch.Tensor:
-        b = bounds(params, globals_, batch, self.contain, self.names)
+        b = bounds(params, globals_, batch, self.contain, self.names, self.slow_port)
         base = 100.0 * b[:, :-1].amax(1) + b[:, -1]
         x = torch.cat(
             [torch.log1p(torch.relu(b)), torch.log1p(batch.static), torch.log(globals_.clamp(min=1.0)) / 5.0], 1
@@ -154,9 +170,11 @@ class StructuredSurrogate(Surrogate):
         model=None,
         globals_=GLOBALS,
         mechanisms=(),
+        slow_port: np.ndarray | None = None,
     ):
         super().__init__(row_keys, config, model, globals_, mechanisms)
         self.contain = contain
+        self.slow_port = np.zeros(len(contain)) if slow_port is None else slow_port
 
     @property
     def epochs(self) -> int:
@@ -176,13 +194,16 @@ class StructuredSurrogate(Surrogate):
         globals_=GLOBALS,
         mechanisms=(),
     ) -> StructuredSurrogate:
-        return cls(row_keys, config, containment(resources), globals_=globals_, mechanisms=mechanisms)
+        port = slow_lea_port([r["name"] for r in resources])
+        slow_port = np.array([float(r["name"] == port) for r in resources])
+        contain = containment(resources)
+        return cls(row_keys, config, contain, globals_=globals_, mechanisms=mechanisms, slow_port=slow_port)
 
     def inputs(self, blocks: list) -> StructuredBlocks:
         return StructuredBlocks.build(blocks, self.row_index, self.mechanisms)
 
     def build_model(self, pairs: Pairs, split: Split) -> StructuredModel:
-        return StructuredModel(len(self.contain), self.config.hidden, self.contain, self.globals)
+        return StructuredModel(len(self.contain), self.config.hidden, self.contain, self.globals, self.slow_port)
 
     def order(self, inputs: StructuredBlocks) -> np.ndarray:
         """Block length: a batch of similar lengths keeps the unrolled recurrence short."""
@@ -214,15 +235,21 @@ class StructuredSurrogate(Surrogate):
         return predict
 
     def checkpoint(self) -> dict:
-        return {"n_resources": self.model.n_resources, "contain": self.model.contain.cpu().numpy()}
+        return {
+            "n_resources": self.model.n_resources,
+            "contain": self.model.contain.cpu().numpy(),
+            "slow_port": self.model.slow_port.cpu().numpy(),
+        }
 
     @classmethod
     def from_checkpoint(cls, data: dict) -> StructuredSurrogate:
         config = StructuredConfig(**data["config"])
         globals_ = tuple(data.get("globals", GLOBALS))
-        model = StructuredModel(data["n_resources"], config.hidden, data["contain"], globals_)
+        slow_port = data.get("slow_port")  # none before slow_lea
+        model = StructuredModel(data["n_resources"], config.hidden, data["contain"], globals_, slow_port)
         # a checkpoint saved before its mechanisms were: its inputs had the memory and the
         # stack engine's graph where their globals are, and no partial-register merges
         read = (("memory", "store_forward_latency"), ("stack_engine", "stack_sync_uops"))
         legacy = [m for m, g in read if g in globals_]
-        return cls(data["rows"], config, data["contain"], model, globals_, data.get("mechanisms", legacy))
+        mechanisms = data.get("mechanisms", legacy)
+        return cls(data["rows"], config, data["contain"], model, globals_, mechanisms, slow_port)

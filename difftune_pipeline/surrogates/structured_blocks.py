@@ -36,6 +36,7 @@ class Batch:
     micro: torch.Tensor  # [B, N]
     macro: torch.Tensor  # [B, N] 1.0 where a jcc is fused into the instruction before it
     chase: torch.Tensor  # [B, N] 1.0 where a load takes the short path of a pointer chase
+    slow: torch.Tensor  # [B, N] 1.0 where an LEA takes the slow path (under slow_lea)
     front: torch.Tensor  # [B, 3] bytes, decoded instructions, instructions
     drains: torch.Tensor  # [B, 3] instructions waiting for a zero-count shift's assist, locked ones, x87 faults
     walks: torch.Tensor  # [B] new pages reached an iteration (each a page walk)
@@ -52,6 +53,7 @@ class StructuredBlocks:
     micro: list[torch.Tensor]
     macro: list[torch.Tensor]
     chase: list[torch.Tensor]
+    slow: list[torch.Tensor]
     front: torch.Tensor
     drains: torch.Tensor
     walks: torch.Tensor
@@ -63,9 +65,10 @@ class StructuredBlocks:
         ``stack_engine`` no chain runs through RSP from push and pop (the engine's
         stack operations); under ``partial_register`` a partial write reads what it
         merges into; under ``locked`` the lock prefix LLVM disassembles as an
-        instruction of its own does not execute (the engine eliminates it)."""
-        memory, locked = "memory" in mechanisms, "locked" in mechanisms
-        rows, edges, static, micro, macro, chase, front, drains, walks = [], [], [], [], [], [], [], [], []
+        instruction of its own does not execute (the engine eliminates it); under
+        ``slow_lea`` an LEA of three components takes the slow path."""
+        memory, locked, slow_lea = "memory" in mechanisms, "locked" in mechanisms, "slow_lea" in mechanisms
+        rows, edges, static, micro, macro, chase, slow, front, drains, walks = [], [], [], [], [], [], [], [], [], []
         for block in blocks:
             ops = without_stack_updates(block.operands) if "stack_engine" in mechanisms else block.operands
             if "partial_register" in mechanisms:
@@ -82,6 +85,7 @@ class StructuredBlocks:
             micro.append(torch.tensor([m for _, m, _ in fe], dtype=torch.float32))
             macro.append(torch.tensor([float(f) for _, _, f in fe], dtype=torch.float32))
             chase.append(torch.tensor([float(o["pointer_chase"]) for o in ops], dtype=torch.float32))
+            slow.append(torch.tensor([float(slow_lea and o["slow_lea"]) for o in ops], dtype=torch.float32))
             front.append([sum(b for b, _, _ in fe), len(fe) - sum(f for _, _, f in fe), len(fe)])
             serial = block.serialising
             drains.append([sum(column) for column in zip(*serial)] if serial else [0] * len(DRAINS))
@@ -103,6 +107,7 @@ class StructuredBlocks:
             micro,
             macro,
             chase,
+            slow,
             torch.tensor(front, dtype=torch.float32).reshape(-1, 3),
             torch.tensor(drains, dtype=torch.float32).reshape(-1, len(DRAINS)),
             torch.tensor(walks, dtype=torch.float32),
@@ -112,12 +117,13 @@ class StructuredBlocks:
         idx = idx.tolist()
         graph = self.graphs.select(idx)
         rows = torch.full((len(idx), graph.width), -1, dtype=torch.long)
-        micro, macro, chase = (torch.zeros(len(idx), graph.width) for _ in range(3))
+        micro, macro, chase, slow = (torch.zeros(len(idx), graph.width) for _ in range(4))
         for b, i in enumerate(idx):
             rows[b, : len(self.rows[i])] = self.rows[i]
             micro[b, : len(self.micro[i])] = self.micro[i]
             macro[b, : len(self.macro[i])] = self.macro[i]
             chase[b, : len(self.chase[i])] = self.chase[i]
+            slow[b, : len(self.slow[i])] = self.slow[i]
         return Batch(
-            rows, graph, self.static[idx], micro, macro, chase, self.front[idx], self.drains[idx], self.walks[idx]
+            rows, graph, self.static[idx], micro, macro, chase, slow, self.front[idx], self.drains[idx], self.walks[idx]
         )

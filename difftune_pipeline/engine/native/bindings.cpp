@@ -70,6 +70,7 @@ dt::Generation generationFromDict(nb::dict D) {
   if (D.contains("unlaminates_indexed")) G.unlaminates_indexed = nb::cast<bool>(D["unlaminates_indexed"]);
   if (D.contains("fusible_on_last_decoder"))
     G.fusible_on_last_decoder = nb::cast<bool>(D["fusible_on_last_decoder"]);
+  if (D.contains("slow_lea_port")) G.slow_lea_port = nb::cast<std::string>(D["slow_lea_port"]);
   if (D.contains("mechanisms"))
     for (nb::handle H : D["mechanisms"]) {
       nb::dict M = nb::cast<nb::dict>(H);
@@ -141,6 +142,7 @@ NB_MODULE(_engine, m) {
           D["merges"] = nb::cast(O.merges);
           D["address"] = O.address;
           D["pointer_chase"] = O.pointer_chase;
+          D["slow_lea"] = O.slow_lea;
           L.append(D);
         }
         return L;

@@ -4,6 +4,7 @@
 #include "front_end.h"
 #include "partial_register.h"
 #include "pointer_chasing.h"
+#include "slow_lea.h"
 #include "serialising.h"
 #include "stack_engine.h"
 
@@ -307,7 +308,10 @@ std::vector<InstrOperands> Block::operands() const {
   std::vector<InstrOperands> Out;
   for (const MCInst &MI : impl->Insts) Out.push_back(instrOperands(*impl->Engine, MI));
   const std::vector<bool> Chases = pointerChases(*impl->Engine, *impl);
-  for (size_t I = 0; I < Out.size(); ++I) Out[I].pointer_chase = Chases[I];
+  for (size_t I = 0; I < Out.size(); ++I) {
+    Out[I].pointer_chase = Chases[I];
+    Out[I].slow_lea = slowLea(*impl->Engine, impl->Insts[I]);
+  }
   return Out;
 }
 

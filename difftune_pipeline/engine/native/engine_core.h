@@ -53,6 +53,7 @@ struct Generation {
   std::vector<MechanismSpec> mechanisms;
   bool unlaminates_indexed = false;      // micro-fusion never keeps an indexed memory operand fused
   bool fusible_on_last_decoder = false;  // a macro-fusible instruction may take the last decoder
+  std::string slow_lea_port;             // how the name of the port a slow LEA runs on ends (slow_lea)
   const MechanismSpec *find(const std::string &Mechanism) const {
     for (const MechanismSpec &M : mechanisms)
       if (M.name == Mechanism) return &M;
@@ -108,6 +109,7 @@ struct InstrOperands {
   std::vector<std::string> merges;   // what a partial write waits for under partial_register (widened)
   std::string address;               // the memory operand (base,scale,index,disp,segment); "" if none
   bool pointer_chase = false;        // loads through a pointer a plain load gave (pointer_chasing's rule)
+  bool slow_lea = false;             // an LEA that takes the slow path (slow_lea's rule)
 };
 
 struct BlockImpl;

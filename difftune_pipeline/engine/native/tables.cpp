@@ -12,6 +12,7 @@
 #include "override_subtarget.h"
 #include "move_elimination.h"
 #include "ports.h"
+#include "slow_lea.h"
 
 #include <set>
 
@@ -220,7 +221,7 @@ void makeSubtarget(const EngineImpl &E, TableImpl &T) {
   T.ProcDesc.push_back(
       SubtargetSubTypeKV{E.Mcpu.c_str(), FeatureBitArray({}), FeatureBitArray({}), &T.SM});
   T.STI = std::make_unique<OverrideSubtargetInfo>(E, T.ProcDesc, T.WPR.data(), T.WL.data(),
-                                                  T.RA.data(), T.Private);
+                                                  T.RA.data(), T.Private, T.SlowLea);
   if (T.STI->getFeatureBits() != E.STI->getFeatureBits() || &T.STI->getSchedModel() != &T.SM)
     throw std::runtime_error("internal: the overriding subtarget does not match " + E.Mcpu);
 }
@@ -271,6 +272,12 @@ Table Engine::compile(const Globals &G, const std::vector<Row> &rows) const {
     T->Private[(uint64_t(At.Opcode) << 32) | At.Class] = Interner.intern(*T, Orig, R.uops, X, Where);
     T->Classes[At.Static].NumMicroOps = MCSchedClassDesc::VariantNumMicroOps;  // route it through the hook
   }
+  if (G.on("slow_lea"))
+    for (const SlowForm &F : slowForms(E, *T)) {  // each LEA opcode's, handed out by the variant hook
+      const MCSchedClassDesc &Orig = *E.SM->getSchedClassDesc(F.Static);
+      T->SlowLea[F.Opcode] = Interner.intern(*T, Orig, F.R.uops, classEntries(E, Orig, F.R, {{F.Port, 1}}), "slow_lea");
+      T->Classes[F.Static].NumMicroOps = MCSchedClassDesc::VariantNumMicroOps;
+    }
   makeSubtarget(E, *T);
   return Table{T};
 }
