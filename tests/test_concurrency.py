@@ -188,6 +188,38 @@ def test_a_writer_waits_for_a_reader_within_the_timeout(tmp_path, monkeypatch):
         store.connect(warehouse)
 
 
+def test_a_warehouse_another_process_is_creating_is_waited_for_and_a_damaged_one_refused(tmp_path):
+    """DuckDB creates the file before it writes its header: for that moment a second
+    process reads it as no database (two ingests of one batch into a new warehouse
+    met it). A file that young is waited for; an older one that is no database is
+    refused at once, with DuckDB's words."""
+    import threading
+
+    warehouse = tmp_path / "w.duckdb"
+    warehouse.write_bytes(b"")  # created, no header yet
+
+    def finish():
+        time.sleep(0.5)
+        warehouse.unlink()
+        duckdb.connect(str(warehouse)).close()
+
+    creator = threading.Thread(target=finish)
+    creator.start()
+    started = time.monotonic()
+    store.connect(warehouse).close()
+    creator.join()
+    assert 0.4 < time.monotonic() - started < 5
+    assert store.query("SELECT max(version) FROM schema_version", warehouse).item() >= 1
+    damaged = tmp_path / "damaged.duckdb"
+    damaged.write_bytes(b"not a database" * 1000)
+    old = time.time() - 60
+    os.utime(damaged, (old, old))
+    started = time.monotonic()
+    with pytest.raises(duckdb.IOException, match="not a valid DuckDB database file"):
+        store.connect(damaged)
+    assert time.monotonic() - started < 1
+
+
 def test_the_reaper_sensor_frees_a_ui_launched_run_whose_worker_died(home):
     from dagster._core.events import EngineEventData
 

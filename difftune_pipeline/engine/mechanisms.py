@@ -195,12 +195,12 @@ MECHANISMS = (
     "x87_stack",
     "page_walk",
     "pointer_chasing",
+    "slow_lea",
     "move_elimination",
     "zero_shift",
     "locked",
     "bank_conflict",
     "partial_register",
-    "slow_lea",
 )
 # The mechanisms another needs on: bank conflicts and page walks read the
 # addresses the memory mechanism is given.

@@ -31,6 +31,9 @@ from difftune_pipeline.warehouse.schema import MIGRATIONS, migrate
 DEFAULT_PATH = Path("warehouse") / "difftune.duckdb"
 Db = str | Path  # a warehouse file
 DEFAULT_LOCK_TIMEOUT = 300.0
+# A file this young that DuckDB reads as no database is one another process is
+# still creating; an older one is damaged, and said so at once.
+CREATION_SECONDS = 5.0
 READ_ONLY_CONFIG = {
     "enable_external_access": False,  # no read_csv/COPY TO/ATTACH of other files, no INSTALL
     "autoinstall_known_extensions": False,
@@ -65,8 +68,20 @@ def _holder(message: str) -> str:
     return f"process {found.group(2)} ({found.group(1)})" if found else "another process"
 
 
+def _being_created(path: Path, exc: duckdb.IOException) -> bool:
+    """Whether ``exc`` is DuckDB finding the file another process is creating: it
+    exists before its header is written, and reads as no database for that moment."""
+    if "not a valid DuckDB database file" not in str(exc):
+        return False
+    try:
+        return time.time() - path.stat().st_mtime < CREATION_SECONDS
+    except FileNotFoundError:
+        return True
+
+
 def _open(path: Path, read_only: bool, limits: dict | None = None) -> duckdb.DuckDBPyConnection:
-    """Open the file, waiting (with jittered back-off) while another process holds its lock."""
+    """Open the file, waiting (with jittered back-off) while another process holds
+    its lock or is creating it."""
     timeout = lock_timeout()
     deadline = time.monotonic() + timeout
     delay, waited = 0.01, False
@@ -78,6 +93,10 @@ def _open(path: Path, read_only: bool, limits: dict | None = None) -> duckdb.Duc
                 log.info("the warehouse %s is free again", path)
             return con
         except duckdb.IOException as exc:
+            if _being_created(path, exc) and time.monotonic() < deadline:
+                time.sleep(delay)
+                delay = min(delay * 2, 0.25)
+                continue
             if "Could not set lock" not in str(exc):
                 raise
             holder = _holder(str(exc))
