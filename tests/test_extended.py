@@ -423,7 +423,7 @@ def test_an_lea_of_three_components_takes_the_slow_path():
             ("leal 1(%rax,%rax), %eax", 300, 100),
             ("leaq (%rbx,%rcx), %rbx", 100, 100),  # two components: the fast path
             ("leaq 8(%rbx), %rbx", 100, 100),
-            ("leaq 8(%rip), %rbx", 50, 50),  # RIP-relative: left out (no BHive block has one)
+            ("leaq 8(%rip), %rbx", 50, 50),  # RIP-relative: left out (no BHive train or val block has one)
         ]:
             assert (steady(engine, asm, on), steady(engine, asm, off)) == (slow, fast), (mcpu, asm)
             assert engine.parse_asm(asm).operands[0]["slow_lea"] == (slow != fast), (mcpu, asm)
