@@ -194,11 +194,12 @@ def test_the_front_end_bound_sees_the_first_decoder(haswell):
     inputs = StructuredBlocks.build(blocks, {"CMP64rm": 0}, table.mechanisms)
     batch = inputs.select(torch.tensor([0, 1, 2]))
     contain = torch.tensor(containment(haswell.resources()), dtype=torch.float32)
+    slow_port = torch.tensor([float(r["slow_lea"]) for r in haswell.resources()])
     front = []
     for t in (table, complex_):
         matrix, globals_ = (torch.tensor(a) for a in space.encode(t))
         params = torch.cat([matrix, torch.zeros(1, matrix.shape[1])])[batch.rows]  # row -1: the zero row
-        b = bounds(params, globals_.expand(3, -1), batch, contain, space.globals)
+        b = bounds(params, globals_.expand(3, -1), batch, contain, space.globals, slow_port)
         front.append(b[0, 3].item())
     assert front[0] <= 0.5 and front[1] == 1.0
 
@@ -278,6 +279,7 @@ def test_what_the_engine_eliminates_costs_nothing_in_the_bounds(haswell):
     space = ParamSpace.create(keys, haswell, table)
     batch = StructuredBlocks.build(blocks, space.index, table.mechanisms).select(torch.tensor([0, 1]))
     contain = torch.tensor(containment(haswell.resources()), dtype=torch.float32)
+    slow_port = torch.tensor([float(r["slow_lea"]) for r in haswell.resources()])
     engine, bound = [], []
     for scale in (1, 3):
         t = table.copy()
@@ -291,5 +293,5 @@ def test_what_the_engine_eliminates_costs_nothing_in_the_bounds(haswell):
         engine.append(haswell.simulate(blocks, t).predicted("steady").tolist())
         matrix, globals_ = (torch.tensor(a) for a in space.encode(t))
         params = torch.cat([matrix, torch.zeros(1, matrix.shape[1])])[batch.rows]
-        bound.append(bounds(params, globals_.expand(2, -1), batch, contain, space.globals).tolist())
+        bound.append(bounds(params, globals_.expand(2, -1), batch, contain, space.globals, slow_port).tolist())
     assert engine[0] == engine[1] and bound[0] == bound[1]

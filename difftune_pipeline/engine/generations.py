@@ -142,13 +142,6 @@ def facts(mcpu: str) -> dict:
     return generation.facts() if generation else {}
 
 
-def slow_lea_port(resources: list[str]) -> str | None:
-    """The port a slow LEA runs on among a CPU model's ``resources`` (the one whose
-    name ends as a generation's ``slow_lea_port`` says), as the engine finds it."""
-    ends = {g.slow_lea_port for g in GENERATIONS} - {""}
-    return next((r for r in resources if any(r.endswith(e) for e in ends)), None)
-
-
 def covered() -> str:
     """The generations, for messages."""
     return ", ".join(g.name for g in GENERATIONS)

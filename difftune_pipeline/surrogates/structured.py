@@ -43,7 +43,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from difftune_pipeline.engine.generations import slow_lea_port
 from difftune_pipeline.engine.table import GLOBALS
 from difftune_pipeline.model.features import containment
 from difftune_pipeline.model.graph import latency_bounds
@@ -76,14 +75,16 @@ def bounds(
     iteration) and, last, the critical path of one iteration. ``params`` [B, N, P]
     are raw parameter values per instruction (columns of ``ParamSpace``);
     ``globals_`` [B, G] in ``names`` order; ``slow_port`` [R] one-hot: the
-    resource a slow LEA runs on (under ``slow_lea``)."""
+    resource a slow LEA runs on (needed under ``slow_lea``)."""
     executes = 1.0 - batch.macro  # a macro-fused jcc executes in the µop before it (the engine eliminates it)
     lat, uops = params[..., 0] * executes, params[..., 1]
     if "pointer_chase_saving" in names:  # a pointer chase's load takes the short path
         lat = torch.relu(lat - batch.chase * globals_[:, names.index("pointer_chase_saving")].unsqueeze(-1))
     adv = params[..., 2 : 2 + READ_ADVANCE_SLOTS].amax(-1)
     ports = params[..., 2 + READ_ADVANCE_SLOTS :] * executes.unsqueeze(-1)
-    if "slow_lea_latency" in names and slow_port is not None:  # a slow LEA: its latency, a cycle of its port
+    if "slow_lea_latency" in names:  # a slow LEA: its latency, a cycle of its port
+        if slow_port is None:
+            raise ValueError("the bounds under slow_lea need slow_port, the resource a slow LEA runs on")
         slow = batch.slow
         lat = lat + slow * (globals_[:, names.index("slow_lea_latency")].unsqueeze(-1) - lat)
         ports = ports + slow.unsqueeze(-1) * (slow_port - ports)
@@ -194,8 +195,7 @@ class StructuredSurrogate(Surrogate):
         globals_=GLOBALS,
         mechanisms=(),
     ) -> StructuredSurrogate:
-        port = slow_lea_port([r["name"] for r in resources])
-        slow_port = np.array([float(r["name"] == port) for r in resources])
+        slow_port = np.array([float(r["slow_lea"]) for r in resources])  # the engine's own rule
         contain = containment(resources)
         return cls(row_keys, config, contain, globals_=globals_, mechanisms=mechanisms, slow_port=slow_port)
 

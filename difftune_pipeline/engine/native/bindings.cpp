@@ -187,6 +187,7 @@ NB_MODULE(_engine, m) {
                D["num_units"] = R.num_units;
                D["is_group"] = R.is_group;
                D["members"] = R.members;
+               D["slow_lea"] = R.slow_lea;
                L.append(D);
              }
              return L;

@@ -1,5 +1,6 @@
 // The engine of one CPU: LLVM's x86 MC objects and the CPU's scheduling model.
 #include "engine_impl.h"
+#include "slow_lea.h"
 
 #include "llvm/MCA/Support.h"
 
@@ -129,7 +130,7 @@ std::vector<Resource> Engine::resources() const {
   std::vector<Resource> Out;
   for (unsigned R = 1; R < SM.getNumProcResourceKinds(); ++R) {
     const MCProcResourceDesc &D = *SM.getProcResource(R);
-    Resource X{D.Name, (int)D.NumUnits, D.SubUnitsIdxBegin != nullptr, {}};
+    Resource X{D.Name, (int)D.NumUnits, D.SubUnitsIdxBegin != nullptr, {}, R == slowLeaPort(*impl_)};
     if (X.is_group)
       for (unsigned U = 0; U < D.NumUnits; ++U)
         X.members.push_back(SM.getProcResource(D.SubUnitsIdxBegin[U])->Name);

@@ -91,6 +91,7 @@ struct Resource {
   int num_units = 0;
   bool is_group = false;
   std::vector<std::string> members;  // units of a group
+  bool slow_lea = false;              // the port a slow LEA runs on (slow_lea)
 };
 
 // A table compiled into LLVM scheduling tables; immutable, shareable across threads.

@@ -18,12 +18,16 @@ bool slowLea(const EngineImpl &E, const MCInst &MI) {
   return Displaced || B == "RBP" || B == "R13" || B == "EBP" || B == "R13D";
 }
 
-std::vector<SlowForm> slowForms(const EngineImpl &E, const TableImpl &T) {
+unsigned slowLeaPort(const EngineImpl &E) {
   auto Port = llvm::find_if(E.ResourceByName, [&](const auto &R) {
     return !E.Gen.slow_lea_port.empty() && StringRef(R.getKey()).ends_with(E.Gen.slow_lea_port);
   });
-  if (Port == E.ResourceByName.end())
-    invalid("globals", "slow_lea: no port named *" + E.Gen.slow_lea_port + " in the " + E.Mcpu + " model");
+  return Port == E.ResourceByName.end() ? 0 : Port->getValue();
+}
+
+std::vector<SlowForm> slowForms(const EngineImpl &E, const TableImpl &T) {
+  const unsigned Port = slowLeaPort(E);
+  if (!Port) invalid("globals", "slow_lea: no port named *" + E.Gen.slow_lea_port + " in the " + E.Mcpu + " model");
   std::vector<SlowForm> Out;
   for (const char *Name : kLeaOpcodes) {
     auto Opcode = E.OpcodeByName.find(Name);
@@ -32,7 +36,7 @@ std::vector<SlowForm> slowForms(const EngineImpl &E, const TableImpl &T) {
     if (!E.isValidClass(Static) || E.SM->getSchedClassDesc(Static)->isVariant()) continue;
     auto Own = T.Private.find((uint64_t(Opcode->second) << 32) | Static);
     const unsigned Fast = Own != T.Private.end() ? Own->second : Static + E.NumClasses;  // its row's class
-    SlowForm F{Opcode->second, Static, {}, Port->getValue()};
+    SlowForm F{Opcode->second, Static, {}, Port};
     F.R.uops = T.Classes[Fast].NumMicroOps;
     F.R.latency.assign(E.SM->getSchedClassDesc(Static)->NumWriteLatencyEntries, T.G.param("slow_lea_latency"));
     Out.push_back(std::move(F));

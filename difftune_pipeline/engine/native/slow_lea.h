@@ -19,9 +19,12 @@ inline constexpr const char *kLeaOpcodes[] = {"LEA16r", "LEA32r", "LEA64_32r", "
 // Whether MI is an LEA that takes the slow path.
 bool slowLea(const EngineImpl &E, const llvm::MCInst &MI);
 
+// The processor resource a slow LEA runs on: the one whose name ends as the
+// generation's slow_lea_port says (SKLPort1); 0 where none does.
+unsigned slowLeaPort(const EngineImpl &E);
+
 // The slow form of an LEA opcode under a table: the µops its row gives (or
-// LLVM's), slow_lea_latency cycles, one cycle of Port (the resource whose name
-// ends as the generation's slow_lea_port says: SKLPort1).
+// LLVM's), slow_lea_latency cycles, one cycle of Port (slowLeaPort).
 struct SlowForm {
   unsigned Opcode = 0, Static = 0;  // the opcode and its static class
   Row R;
