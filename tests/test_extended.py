@@ -479,6 +479,18 @@ def test_move_elimination(haswell, base):
     assert cycles(haswell, same, model(base, ("move_elimination",))) >= 2 * ITER
 
 
+@pytest.mark.parametrize("mcpu", ["haswell", "ivybridge", "skylake"])
+def test_an_eliminated_32_bit_move_starts_a_new_64_bit_value(mcpu):
+    """``movl`` zero-extends: renamed away, the 64-bit register that later reads
+    see is the move's source, not the last iteration's write of it."""
+    engine = Engine(mcpu)
+    table = engine.default_table()
+    chain = "movl %r8d, %edx\naddq $1, %rdx\nimulq %rdx, %rdx"  # no chain across iterations
+    plain = cycles(engine, chain, table)
+    eliminated = cycles(engine, chain, model(table, ("move_elimination",)))
+    assert eliminated <= plain < 2 * ITER
+
+
 @pytest.mark.parametrize(
     "asm,reason",
     [
