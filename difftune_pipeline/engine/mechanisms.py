@@ -40,6 +40,11 @@ read them from here.
   L1 data cache (address bits 2-5) in different sets do not issue in one cycle:
   the younger waits a number of cycles after the older issues (with ``memory``,
   at the addresses a harness model gives).
+- ``folded_load`` (Intel): an instruction that loads an operand is a load and
+  an operation: the load starts once its address is ready (and any store it
+  reads from has forwarded), the operation once the loaded value and its
+  register operands are; the load's cycles are the largest read advance of the
+  opcode's row (with ``memory``).
 - ``slow_lea`` (Intel): an LEA of base, index and displacement (or of a base of
   RBP or R13 with an index) takes a number of cycles on one port (the
   generation's ``slow_lea_port``), where LLVM gives every LEA one cycle on two.
@@ -196,6 +201,7 @@ MECHANISMS = (
     "page_walk",
     "pointer_chasing",
     "slow_lea",
+    "folded_load",
     "move_elimination",
     "zero_shift",
     "locked",
@@ -203,8 +209,12 @@ MECHANISMS = (
     "partial_register",
 )
 # The mechanisms another needs on: bank conflicts and page walks read the
-# addresses the memory mechanism is given.
-REQUIRES: dict[str, tuple[str, ...]] = {"bank_conflict": ("memory",), "page_walk": ("memory",)}
+# addresses the memory mechanism is given; a folded load's load is held in its load unit.
+REQUIRES: dict[str, tuple[str, ...]] = {
+    "bank_conflict": ("memory",),
+    "page_walk": ("memory",),
+    "folded_load": ("memory",),
+}
 # What the mechanisms simulate, versioned: a table's id and a parameter space's id
 # under the extended model name it, so that results stored by an engine whose
 # mechanisms simulated differently are never taken for this one's. Bump it with

@@ -156,6 +156,7 @@ struct TableImpl {
   std::vector<llvm::MCReadAdvanceEntry> RA;
   std::unordered_map<uint64_t, unsigned> Private;  // (opcode << 32 | class) -> private class
   std::unordered_map<unsigned, unsigned> SlowLea;  // LEA opcode -> the class of its slow form (slow_lea)
+  std::unordered_map<unsigned, unsigned> Folded;   // class -> the load cycles folded out of it (folded_load)
   std::vector<llvm::SubtargetSubTypeKV> ProcDesc;  // one entry: the CPU, over SM
   std::vector<llvm::MCRegisterFileDesc> RegisterFiles;  // move elimination's (EPI points here)
   std::vector<llvm::MCRegisterCostEntry> CostTable;

@@ -6,12 +6,13 @@ using namespace llvm;
 
 namespace dt {
 
-MemoryUnit::MemoryUnit(const MCSchedModel &SM, const MemoryMap &Map, unsigned BlockSize, const Globals &G)
-    : LSUnitBase(SM, 0, 0, /*AssumeNoAlias=*/true), Map(Map), BlockSize(BlockSize),
+MemoryUnit::MemoryUnit(const MCSchedModel &SM, std::shared_ptr<const MemoryMap> Accesses, unsigned BlockSize,
+                       const Globals &G, std::vector<FoldedLoad> Folded)
+    : LSUnitBase(SM, 0, 0, /*AssumeNoAlias=*/true), Owned(std::move(Accesses)), Map(*Owned), BlockSize(BlockSize),
       ForwardDelay(G.param("store_forward_latency")), AliasDelay(G.param("alias_4k_penalty")),
       FailDelay(G.param("store_forward_fail_penalty")),
       BankDelay(G.on("bank_conflict") ? G.param("bank_conflict_penalty") : 0),
-      WalkDelay(G.on("page_walk") ? G.param("page_walk_penalty") : 0) {
+      WalkDelay(G.on("page_walk") ? G.param("page_walk_penalty") : 0), Folded(std::move(Folded)) {
   for (const auto &ByIteration : Map.ByInstr) {
     const size_t N = ByIteration.size() >= 2 ? ByIteration[0].size() : 0;
     std::vector<bool> Steady(N, true);
@@ -166,6 +167,11 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
         Feeds.push_back(From);
       }
     }
+    if (const FoldedLoad *F = Folded.empty() ? nullptr : &Folded[IR.getSourceIndex() % BlockSize]; F && F->Cycles) {
+      const unsigned S = standIn();
+      getGroup(S).addSuccessor(&Group, true);
+      Folds.push_back({S, IR.getSourceIndex(), F->Cycles, IR.getInstruction(), Feeds, F->AddressOps});
+    }
     if (BankDelay && Map.Exact) waitForBanks(Mine, G, std::move(Feeds), IR);
   }
   if (IS.getMayStore()) Stores.push_back({G, standIn(), standIn(), standIn(), IR.getSourceIndex(), Mine});
@@ -248,6 +254,29 @@ unsigned MemoryUnit::oldestReferenced() const {
   return Oldest;
 }
 
+// A folded load's load starts once its address registers are ready and its
+// stores have forwarded (this cycle, as the stand-ins complete first). The
+// scheduler updates register reads after this unit's cycle event: registers
+// found ready at the first check may have been so since dispatch, and then the
+// load starts now; found ready at a later check, with the stores done before,
+// they became ready last cycle, and so did the load.
+void MemoryUnit::startFoldedLoads() {
+  for (Fold &F : Folds) {
+    const bool FeedsDone =
+        std::none_of(F.Feeds.begin(), F.Feeds.end(), [&](unsigned G) { return isValidGroupID(G); });
+    bool Ready = FeedsDone;
+    for (const mca::ReadState &R : F.Inst->getUses())
+      if (llvm::is_contained(F.AddressOps, R.getDescriptor().OpIndex)) Ready = Ready && R.isReady();
+    if (Ready) {
+      getGroup(F.StandIn).onInstructionIssued(mca::InstRef(F.SourceIndex, const_cast<mca::Instruction *>(F.Inst)));
+      schedule(F.StandIn, F.FeedsDone ? F.Cycles - 1 : F.Cycles, F.SourceIndex);
+      F.Inst = nullptr;
+    }
+    F.FeedsDone = FeedsDone;
+  }
+  Folds.erase(std::remove_if(Folds.begin(), Folds.end(), [](const Fold &F) { return !F.Inst; }), Folds.end());
+}
+
 void MemoryUnit::cycleEvent() {
   ++Cycle;
   for (size_t I = 0; I < Pending.size();) {
@@ -259,6 +288,7 @@ void MemoryUnit::cycleEvent() {
       ++I;
     }
   }
+  startFoldedLoads();
   LSUnitBase::cycleEvent();
 }
 

@@ -22,9 +22,14 @@
 // Streams that jump a page or more an iteration, and addresses computed from
 // values, are not charged: BHive's measurements of them show a smaller and
 // varying cost (docs/model.md).
+// With folded_load, a folded load (folded_load.h) waits for a stand-in that
+// completes its load's cycles after its address registers are ready and the
+// stores it reads from have forwarded: its operation, timed by the table without
+// those cycles, starts once both the loaded value and its register operands are there.
 #pragma once
 
 #include "engine_impl.h"
+#include "folded_load.h"
 
 #include "llvm/MCA/HardwareUnits/LSUnit.h"
 
@@ -61,6 +66,16 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
     unsigned Group = 0, StandIn = 0, SourceIndex = 0;
   };
 
+  // A folded load's load in flight: the stand-in its instruction waits for.
+  struct Fold {
+    unsigned StandIn = 0, SourceIndex = 0, Cycles = 0;
+    const llvm::mca::Instruction *Inst = nullptr;  // alive until its load starts (it cannot issue before)
+    std::vector<unsigned> Feeds;             // the store stand-ins it reads through
+    std::vector<unsigned> AddressOps;
+    bool FeedsDone = false;                  // at the last check (none before the first)
+  };
+
+  const std::shared_ptr<const MemoryMap> Owned;
   const MemoryMap &Map;
   const unsigned BlockSize, ForwardDelay, AliasDelay, FailDelay, BankDelay, WalkDelay;
   static constexpr int64_t kPage = 4096;
@@ -70,6 +85,8 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
   std::deque<Store> Stores;
   std::vector<Load> Loads;  // loads whose bank stand-in has not completed
   std::vector<Due> Pending;
+  std::vector<FoldedLoad> Folded;  // [instruction]
+  std::vector<Fold> Folds;         // not started yet
   uint64_t Cycle = 0;
   llvm::mca::InstrDesc StandInDesc{};
   llvm::mca::Instruction StandIn{StandInDesc, 0};  // carries a stand-in's token when it completes
@@ -84,10 +101,13 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
   unsigned standIn();
   void complete(unsigned Group, unsigned SourceIndex);
   void schedule(unsigned Group, unsigned Delay, unsigned SourceIndex);
+  void startFoldedLoads();
 
  public:
   // The delays are the table's memory parameters (and bank_conflict's and page_walk's, 0 when off).
-  MemoryUnit(const llvm::MCSchedModel &SM, const MemoryMap &Map, unsigned BlockSize, const Globals &G);
+  // Folded: each instruction's folded load (empty when folded_load is off).
+  MemoryUnit(const llvm::MCSchedModel &SM, std::shared_ptr<const MemoryMap> Accesses, unsigned BlockSize, const Globals &G,
+             std::vector<FoldedLoad> Folded);
   Status isAvailable(const llvm::mca::InstRef &IR) const override;
   unsigned dispatch(const llvm::mca::InstRef &IR) override;
   void onInstructionIssued(const llvm::mca::InstRef &IR) override;

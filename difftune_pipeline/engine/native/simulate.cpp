@@ -109,8 +109,15 @@ std::unique_ptr<mca::Pipeline> extendedPipeline(mca::Context &Ctx, const MCSubta
   auto PRF = std::make_unique<mca::RegisterFile>(SM, MRI, 0);
   std::unique_ptr<mca::LSUnitBase> LSU;
   const MemoryUnit *Memory = nullptr;
-  if (G.on("memory") && B.Memory) {
-    auto M = std::make_unique<MemoryUnit>(SM, *B.Memory, B.Insts.size(), G);
+  if (G.on("memory") && (B.Memory || G.on("folded_load"))) {  // a folded load's load needs this unit
+    std::shared_ptr<const MemoryMap> Map = B.Memory;
+    if (!Map) {  // no accesses recorded: none meet
+      auto None = std::make_shared<MemoryMap>();
+      None->ByInstr.resize(B.Insts.size());
+      Map = std::move(None);
+    }
+    auto M = std::make_unique<MemoryUnit>(SM, std::move(Map), B.Insts.size(), G,
+                                          G.on("folded_load") ? foldedLoads(*T.Engine, T, B) : std::vector<FoldedLoad>());
     Memory = M.get();
     LSU = std::move(M);
   } else {

@@ -10,6 +10,7 @@
 // Every other opcode resolves to an untouched clone of its class, so an edit
 // never leaks to opcodes that share a scheduling class.
 #include "override_subtarget.h"
+#include "folded_load.h"
 #include "move_elimination.h"
 #include "ports.h"
 #include "slow_lea.h"
@@ -182,9 +183,10 @@ class ClassInterner {
   std::unordered_map<std::string, unsigned> ByContent;
 
  public:
+  // Folded (the load cycles folded out, folded_load) keeps a folded class apart from a plain one.
   unsigned intern(TableImpl &T, const MCSchedClassDesc &Orig, int Uops, const ClassEntries &X,
-                  const std::string &Where) {
-    std::string Content;
+                  const std::string &Where, unsigned Folded = 0) {
+    std::string Content = std::to_string(Folded) + "|";
     auto put = [&](long V) { Content += std::to_string(V) + ","; };
     put(Uops), put(Orig.BeginGroup), put(Orig.EndGroup), put(Orig.RetireOOO), Content += "|";
     for (auto &W : X.WPR) put(W.ProcResourceIdx), put(wprCycles(W));
@@ -256,6 +258,8 @@ Table Engine::compile(const Globals &G, const std::vector<Row> &rows) const {
   T->Engine = impl_;
   applyGlobals(E, G, default_globals(), *T);
   copyTables(E, *T);
+  const bool Fold = G.on("folded_load");
+  if (Fold) foldClasses(E, *T, [&](unsigned C) { return rowFromClass(E, "", C); });
   ClassInterner Interner;
   for (const Row &R : rows) {
     const std::string Where = "opcode '" + R.key + "'";
@@ -266,10 +270,14 @@ Table Engine::compile(const Globals &G, const std::vector<Row> &rows) const {
     if (R.latency.size() != Orig.NumWriteLatencyEntries)
       invalid(Where, "latency has " + std::to_string(R.latency.size()) + " entries; the instruction writes " +
                          std::to_string(Orig.NumWriteLatencyEntries));
-    const ClassEntries X = classEntries(E, Orig, R, Uses);
+    unsigned Load = 0;
+    const ClassEntries X =
+        classEntries(E, Orig, Fold && foldsLoad(E.MCII->get(At.Opcode)) ? foldedRow(R, Load) : R, Uses);
     if (R.uops == 0 && !X.WPR.empty())
       invalid(Where, "uops = 0 while the port map uses resources (LLVM rejects such instructions)");
-    T->Private[(uint64_t(At.Opcode) << 32) | At.Class] = Interner.intern(*T, Orig, R.uops, X, Where);
+    const unsigned Private = Interner.intern(*T, Orig, R.uops, X, Where, Load);
+    T->Private[(uint64_t(At.Opcode) << 32) | At.Class] = Private;
+    if (Load) T->Folded[Private] = Load;
     T->Classes[At.Static].NumMicroOps = MCSchedClassDesc::VariantNumMicroOps;  // route it through the hook
   }
   if (G.on("slow_lea"))
