@@ -25,7 +25,8 @@ void foldClasses(const EngineImpl &E, TableImpl &T, const std::function<Row(unsi
   std::vector<bool> Foldable(N);
   for (unsigned C = 1; C < N; ++C) {
     const MCSchedClassDesc &D = *E.SM->getSchedClassDesc(C);
-    for (unsigned I = 0; I < D.NumReadAdvanceEntries; ++I) Foldable[C] = Foldable[C] || E.RA[D.ReadAdvanceIdx + I].Cycles > 0;
+    for (unsigned I = 0; I < D.NumReadAdvanceEntries; ++I)
+      Foldable[C] = Foldable[C] || E.RA[D.ReadAdvanceIdx + I].Cycles > 0;
     Foldable[C] = Foldable[C] && E.isValidClass(C) && !D.isVariant();
   }
   for (unsigned O = 0; O < E.MCII->getNumOpcodes(); ++O)

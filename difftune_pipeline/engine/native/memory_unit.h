@@ -106,8 +106,8 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
  public:
   // The delays are the table's memory parameters (and bank_conflict's and page_walk's, 0 when off).
   // Folded: each instruction's folded load (empty when folded_load is off).
-  MemoryUnit(const llvm::MCSchedModel &SM, std::shared_ptr<const MemoryMap> Accesses, unsigned BlockSize, const Globals &G,
-             std::vector<FoldedLoad> Folded);
+  MemoryUnit(const llvm::MCSchedModel &SM, std::shared_ptr<const MemoryMap> Accesses, unsigned BlockSize,
+             const Globals &G, std::vector<FoldedLoad> Folded);
   Status isAvailable(const llvm::mca::InstRef &IR) const override;
   unsigned dispatch(const llvm::mca::InstRef &IR) override;
   void onInstructionIssued(const llvm::mca::InstRef &IR) override;

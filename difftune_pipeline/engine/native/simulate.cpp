@@ -116,8 +116,8 @@ std::unique_ptr<mca::Pipeline> extendedPipeline(mca::Context &Ctx, const MCSubta
       None->ByInstr.resize(B.Insts.size());
       Map = std::move(None);
     }
-    auto M = std::make_unique<MemoryUnit>(SM, std::move(Map), B.Insts.size(), G,
-                                          G.on("folded_load") ? foldedLoads(*T.Engine, T, B) : std::vector<FoldedLoad>());
+    std::vector<FoldedLoad> Folded = G.on("folded_load") ? foldedLoads(*T.Engine, T, B) : std::vector<FoldedLoad>();
+    auto M = std::make_unique<MemoryUnit>(SM, std::move(Map), B.Insts.size(), G, std::move(Folded));
     Memory = M.get();
     LSU = std::move(M);
   } else {
