@@ -19,8 +19,8 @@ from difftune_pipeline.engine import mechanisms
 # BHive's blocks, too few to move the whole val MAPE. Move elimination made the
 # learned tables worse in early rounds (docs/history.md), while MCA renamed a
 # 32-bit register apart from its 64-bit whole (move_elimination.cpp); renamed as
-# whole registers, under LLVM's values it brings 120 of the 171 Haswell train
-# blocks it changes closer (Ivy Bridge 543 of 687, Skylake 131 of 180) and helps
+# whole registers, under LLVM's values it brings 117 of the 166 Haswell train
+# blocks it changes closer (Ivy Bridge 539 of 691, Skylake 126 of 176) and helps
 # the train and val blocks it changes on all three (bench/optional_mechanisms.py).
 COMMON = ("front_end", "memory", "stack_engine", "x87_stack", "page_walk", "pointer_chasing", "slow_lea", "folded_load")
 _INTEL = (*COMMON, "move_elimination", "locked", "partial_register")
