@@ -28,6 +28,7 @@ MECHANISM_FILES = {
     "locked": ("serialising.cpp", "serialising.h"),
     "x87_stack": ("serialising.cpp", "serialising.h"),
     "slow_lea": ("slow_lea.cpp", "slow_lea.h"),
+    "harness_offset": ("simulate.cpp",),
 }
 # Two parameters were added to stored tables by a migration: history, which never changes.
 MIGRATED = {"lcp_penalty", "store_forward_fail_penalty"}

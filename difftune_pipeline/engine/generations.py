@@ -22,7 +22,8 @@ from difftune_pipeline.engine import mechanisms
 # whole registers, under LLVM's values it brings 117 of the 166 Haswell train
 # blocks it changes closer (Ivy Bridge 539 of 691, Skylake 126 of 176) and helps
 # the train and val blocks it changes on all three (bench/optional_mechanisms.py).
-COMMON = ("front_end", "memory", "stack_engine", "x87_stack", "page_walk", "pointer_chasing", "slow_lea", "folded_load")
+COMMON = ("front_end", "memory", "stack_engine", "x87_stack", "page_walk", "pointer_chasing", "slow_lea", "folded_load",
+          "harness_offset")
 _INTEL = (*COMMON, "move_elimination", "locked", "partial_register")
 
 
