@@ -18,8 +18,14 @@ from difftune_pipeline.model.graph import (
     without_stack_updates,
 )
 from difftune_pipeline.model.params import ParamSpace
-from difftune_pipeline.surrogates.structured import StructuredConfig, StructuredSurrogate, bounds
+from difftune_pipeline.surrogates.structured import StructuredConfig, StructuredModel, StructuredSurrogate, bounds
 from difftune_pipeline.surrogates.structured_blocks import StructuredBlocks
+
+
+def pipeline(mcpu: str) -> tuple[str, ...]:
+    """``extended`` less the harness's offset, which the surrogate's bounds leave to
+    its last step (``StructuredModel.forward``): the engine's cycles the bounds match."""
+    return tuple(m for m in extended.for_cpu(mcpu) if m != "harness_offset")
 
 
 def test_operands_come_from_llvm(haswell):
@@ -181,7 +187,7 @@ def test_the_front_end_bound_sees_the_first_decoder(haswell):
     """A compare with a load as three µops (two fused) is no longer a simple
     decoder's: the engine decodes one an iteration instead of two, and the
     structured surrogate's front-end bound says so."""
-    table = haswell.default_table().with_model(extended.for_cpu("haswell"), "bhive")
+    table = haswell.default_table().with_model(pipeline("haswell"), "bhive")
     blocks = [
         harness.accesses(b, "bhive").attach(b)
         for b in map(haswell.parse_asm, ("cmpq 96(%rsp), %r8", "addq %rax, %rbx\naddq %rcx, %rdx", "nop"))
@@ -204,6 +210,29 @@ def test_the_front_end_bound_sees_the_first_decoder(haswell):
     assert front[0] <= 0.5 and front[1] == 1.0
 
 
+def test_the_structured_surrogate_reports_the_steady_state_less_the_harness_offset(haswell):
+    """Under ``harness_offset`` the engine reports the steady state less the offset's
+    cycles; the surrogate (its correction still zero) does the same."""
+    table = haswell.default_table().with_model(extended.for_cpu("haswell"), "bhive")
+    blocks = [harness.accesses(b, "bhive").attach(b) for b in map(haswell.parse_asm, ("addq %rax, %rbx", "nop"))]
+    space = ParamSpace.create(["ADD64rr"], haswell, table)
+    batch = StructuredBlocks.build(blocks, {"ADD64rr": 0}, table.mechanisms).select(torch.tensor([0, 1]))
+    contain = torch.tensor(containment(haswell.resources()), dtype=torch.float32)
+    slow_port = np.array([float(r["slow_lea"]) for r in haswell.resources()])
+    model = StructuredModel(contain.shape[1], 8, contain.numpy(), space.globals, slow_port)
+    predicted = []
+    for offset in (0, 3):
+        t = table.copy()
+        t.globals["harness_offset_cycles"] = offset
+        matrix, globals_ = (torch.tensor(a) for a in space.encode(t))
+        params = torch.cat([matrix, torch.zeros(1, matrix.shape[1])])[batch.rows]
+        with torch.no_grad():
+            predicted.append(model(params, globals_.expand(2, -1), batch))
+        engine = haswell.simulate(blocks[:1], t).predicted("steady")[0]
+        assert engine == 100.0 - offset
+    assert torch.allclose(predicted[0] - predicted[1], torch.tensor([3.0, 3.0]))
+
+
 def test_a_slow_lea_is_bounded_as_the_engine_runs_it():
     """Under ``slow_lea`` the structured surrogate gives a slow LEA the mechanism's
     latency and one cycle of port 1, as the engine does: the chain `leaq
@@ -211,7 +240,7 @@ def test_a_slow_lea_is_bounded_as_the_engine_runs_it():
     %rdi` alone takes its port a cycle an iteration; without the mechanism, the row's."""
     skylake = Engine("skylake")
     blocks = [skylake.parse_asm(a) for a in ("leaq 8(%rbp,%rsi,8), %rbp", "leaq 1(%rbx,%r14), %rdi")]
-    table = skylake.default_table(blocks).with_model(extended.for_cpu("skylake"))
+    table = skylake.default_table(blocks).with_model(pipeline("skylake"))
     plain = table.with_model(tuple(m for m in table.mechanisms if m != "slow_lea"))
     found = []
     for t in (table, plain, model_with(table, slow_lea_latency=5)):
@@ -252,7 +281,7 @@ def test_a_partial_write_merges_in_the_graph_as_in_the_engine(haswell):
     ]
     assert [haswell.parse_asm(a).operands[0]["merges"] for a, _ in asm] == [m for _, m in asm]
     block = haswell.parse_asm("testq %r9, %r9\nsetne %r8b")
-    table = haswell.default_table([block]).with_model(extended.for_cpu("haswell"), "bhive")
+    table = haswell.default_table([block]).with_model(pipeline("haswell"), "bhive")
     assert "partial_register" in table.mechanisms
     slow = table.copy()
     key = block.row_keys[1]

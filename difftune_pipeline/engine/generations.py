@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from difftune_pipeline.engine import mechanisms
 
-# What ``extended`` turns on for every Intel generation. ``locked`` and move
+# What ``extended`` turns on for every Intel generation (``harness_offset`` is
+# BHive's harness's, which measured them all here). ``locked`` and move
 # elimination are left to ``auto``, which adds each where it helps the blocks it
 # changes (``extended.optional``): a locked instruction is in about 1 of 500 of
 # BHive's blocks, too few to move the whole val MAPE. Move elimination made the
@@ -22,8 +23,17 @@ from difftune_pipeline.engine import mechanisms
 # whole registers, under LLVM's values it brings 117 of the 166 Haswell train
 # blocks it changes closer (Ivy Bridge 539 of 691, Skylake 126 of 176) and helps
 # the train and val blocks it changes on all three (bench/optional_mechanisms.py).
-COMMON = ("front_end", "memory", "stack_engine", "x87_stack", "page_walk", "pointer_chasing", "slow_lea", "folded_load",
-          "harness_offset")
+COMMON = (
+    "front_end",
+    "memory",
+    "stack_engine",
+    "x87_stack",
+    "page_walk",
+    "pointer_chasing",
+    "slow_lea",
+    "folded_load",
+    "harness_offset",
+)
 _INTEL = (*COMMON, "move_elimination", "locked", "partial_register")
 
 
