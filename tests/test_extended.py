@@ -526,7 +526,7 @@ def test_a_folded_load_starts_its_load_before_its_register_operand_is_ready(mcpu
 @pytest.mark.parametrize("mcpu,offset", [("ivybridge", 1), ("haswell", 1), ("skylake", 2)])
 def test_the_harness_offset_takes_its_cycles_off_the_steady_state_only(mcpu, offset):
     """BHive's figures sit under the steady state by a constant (a median of 1.0,
-    0.75 and 2.0 cycles per 100 iterations on the train split under LLVM's values):
+    1.0 and 2.0 cycles per 100 iterations on the train split under LLVM's values):
     the steady state loses the offset, llvm-mca's Total Cycles do not, and 0 is no offset."""
     engine = Engine(mcpu)
     on = engine.default_table().with_model(extended.for_cpu(mcpu), "bhive")

@@ -174,12 +174,12 @@ class Parameter:
 # the minimum of repeated runs each (BHive's README, "Throughput Calculation"),
 # and they sit under the steady state by a constant: on the pipeline's train
 # split (full profile), LLVM's values under the extended model predict a median
-# of 1.0 (Haswell), 0.75 (Ivy Bridge) and 2.0 (Skylake) cycles per 100
+# of 1.0 (Haswell), 1.0 (Ivy Bridge) and 2.0 (Skylake) cycles per 100
 # iterations more than BHive measures, at every block length, and 511 Haswell
 # and 963 Skylake train and val blocks measure faster than four instructions a
 # cycle allow, which no pipeline can issue. The offset is subtracted from the
 # steady state (cycles per 100 iterations; llvm-mca's Total Cycles are left
-# alone); its defaults are those medians, rounded.
+# alone); its defaults are those medians (bench/harness_offset.py).
 PARAMETERS: dict[str, Parameter] = {
     "predecode_bytes": Parameter("front_end", 16, (1, 64), (8, 32), 4, 16.0),
     "predecode_width": Parameter("front_end", 5, (1, 16), (2, 16), 1, 5.0),
