@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from difftune_pipeline.engine import Engine
+from difftune_pipeline.engine import Engine, extended
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "difftune_pipeline" / "data" / "sample"
@@ -100,3 +100,10 @@ def _status(checkout: Path) -> str:
     """``git status`` of a checkout: what is new or changed there, ignored files aside."""
     command = ["git", "status", "--porcelain", "--untracked-files=all"]
     return subprocess.run(command, cwd=checkout, capture_output=True, text=True, check=True).stdout
+
+
+def pipeline(mcpu: str) -> tuple[str, ...]:
+    """``extended`` less the harness's offset: the CPU's own cycles, for the tests of
+    its other mechanisms and of the surrogate's bounds (the offset's own tests check
+    what it takes off)."""
+    return tuple(m for m in extended.for_cpu(mcpu) if m != "harness_offset")

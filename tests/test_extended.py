@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from conftest import pipeline
 from difftune_pipeline import harness
 from difftune_pipeline.engine import Engine, InvalidTable, ParamTable, extended
 from difftune_pipeline.engine.reference import llvm_mca_many
@@ -63,12 +64,6 @@ def test_predecode_bounds_a_block_of_long_instructions(haswell, base):
 
 def steady(engine: Engine, asm: str, table: ParamTable) -> float:
     return float(engine.simulate([engine.parse_asm(asm)], table).predicted("steady")[0])
-
-
-def pipeline(mcpu: str) -> tuple[str, ...]:
-    """``extended`` less the harness's offset: the CPU's own cycles, for the tests of
-    its mechanisms (the offset's own test checks what it takes off)."""
-    return tuple(m for m in extended.for_cpu(mcpu) if m != "harness_offset")
 
 
 def test_predecoder_marks_five_instructions_a_cycle_of_an_aligned_block(haswell, base):

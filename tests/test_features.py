@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import pipeline
 from difftune_pipeline import harness
 from difftune_pipeline.engine import Engine, extended
 from difftune_pipeline.model.features import block_features, containment, features_frame
@@ -20,12 +21,6 @@ from difftune_pipeline.model.graph import (
 from difftune_pipeline.model.params import ParamSpace
 from difftune_pipeline.surrogates.structured import StructuredConfig, StructuredModel, StructuredSurrogate, bounds
 from difftune_pipeline.surrogates.structured_blocks import StructuredBlocks
-
-
-def pipeline(mcpu: str) -> tuple[str, ...]:
-    """``extended`` less the harness's offset, which the surrogate's bounds leave to
-    its last step (``StructuredModel.forward``): the engine's cycles the bounds match."""
-    return tuple(m for m in extended.for_cpu(mcpu) if m != "harness_offset")
 
 
 def test_operands_come_from_llvm(haswell):
