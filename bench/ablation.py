@@ -35,6 +35,7 @@ from common import split_blocks
 from difftune_pipeline import harness
 from difftune_pipeline.engine import Engine, ParamTable
 from difftune_pipeline.engine.extended import EXTENDED
+from difftune_pipeline.engine.mechanisms import REQUIRES
 from difftune_pipeline.model.metrics import kendall_tau, mape, signed_error
 from difftune_pipeline.tuners.direct import search
 from difftune_pipeline.tuners.search import SearchConfig
@@ -121,9 +122,9 @@ def main() -> None:
         if args.extended:
             _, ext = _latest_learned(db, mcpu, extended=True)
             runs.append(("extended (pipeline)", None, ext))
-            # bank conflicts read the memory mechanism's addresses: they go with it
+            # the mechanisms another needs go with it (bank conflicts, page walks, folded and forwarded loads: memory)
             for m in ext.mechanisms:
-                gone = [x for x in ext.mechanisms if x == m or (m == "memory" and x == "bank_conflict")]
+                gone = [x for x in ext.mechanisms if x == m or m in REQUIRES.get(x, ())]
                 runs.append((f"extended − {' − '.join(gone)}", tuple(x for x in ext.mechanisms if x not in gone), ext))
             if "front_end" in ext.mechanisms:  # the predecoder with no limit on instructions a cycle
                 unlimited = ext.copy()

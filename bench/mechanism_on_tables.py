@@ -7,6 +7,10 @@ warehouse tuned before the mechanism existed shows what it adds to those tables;
 one tuned with it, what taking it out costs them.
 
     .venv/bin/python bench/mechanism_on_tables.py --warehouse W.duckdb --mechanism folded_load [--mcpu haswell]
+        [--set forwarded_load_latency=3]
+
+``--set`` gives the mechanism's parameters other values than the tables' (its
+defaults, for a table that lacks it).
 """
 
 import argparse
@@ -27,7 +31,9 @@ def main() -> None:
     parser.add_argument("--warehouse", required=True)
     parser.add_argument("--mechanism", required=True)
     parser.add_argument("--mcpu", nargs="*", default=["haswell", "ivybridge", "skylake"])
+    parser.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE")
     args = parser.parse_args()
+    values = {name: int(value) for name, value in (item.split("=") for item in args.set)}
     print(
         "µarch       table    split  MAPE off → on    >20% off → on   "
         "changed: n  closer further  MAPE off → on    signed off → on"
@@ -40,6 +46,7 @@ def main() -> None:
         for name, table in (("LLVM's", llvm), ("learned", learned)):
             off = table.with_model(tuple(m for m in table.mechanisms if m != args.mechanism), "bhive")
             on = off.with_model((*off.mechanisms, args.mechanism), "bhive")
+            on.globals.update(values)
             for split in ("train", "val"):
                 measured = splits.measured[split]
                 before, after = (engine.simulate(splits.blocks[split], t).predicted("steady") for t in (off, on))

@@ -351,6 +351,37 @@ def test_a_load_through_a_loaded_pointer_takes_the_short_path(haswell, base):
     assert cycles(haswell, "movq 2048(%rax), %rax", chase) == cycles(haswell, "movq 2048(%rax), %rax", base)
 
 
+def test_a_load_the_store_buffer_serves_takes_the_forwarded_latency(haswell, base):
+    """BHive measures `movl 4(%r14), %eax ; incl %eax ; movl %eax, 4(%r14)` at 6.0
+    cycles an iteration on Haswell (LLVM's load of 5: 7) and the 32-bit chase
+    `movl 112(%rdi), %edi`, no store near it, at 4.0 (the short path's 5 - 1): a
+    plain load that a store forwards to takes its own latency after the store's
+    data is ready, whatever its row says; one that reads the L1, one whose forward
+    fails and an operation with a folded load keep their rows."""
+    off = model(base, ("memory",), "bhive")
+    on = model(base, ("memory", "forwarded_load"), "bhive")
+    assert on.globals["forwarded_load_latency"] == 4
+
+    def per_iteration(asm, table):
+        block = haswell.parse_asm(asm)
+        return float(haswell.simulate([harness.accesses(block, "bhive").attach(block)], table).steady[0]) / 100
+
+    counter = "movl 4(%r14), %eax\nincl %eax\nmovl %eax, 4(%r14)"
+    assert (per_iteration(counter, off), per_iteration(counter, on)) == (7.0, 6.0)
+    assert per_iteration(counter, model(base, ("memory", "forwarded_load"), "bhive", forwarded_load_latency=6)) == 8.0
+    within = "movq %rax, (%rdi)\nmovl 4(%rdi), %eax"  # 4 bytes of the 8 stored: forwarded
+    assert (per_iteration(within, off), per_iteration(within, on)) == (6.0, 5.0)
+    for asm in (
+        "movl 112(%rdi), %edi",  # no store
+        "movl %eax, (%rdi)\nmovq (%rdi), %rbx\naddq %rbx, %rax",  # 8 bytes read, 4 stored: the forward fails
+        "addl 4(%r14), %eax\nmovl %eax, 4(%r14)",  # not a plain load
+        "movq %rax, 8(%rsp)\npopq %rax\npushq %rax",  # a pop writes RSP too
+    ):
+        assert per_iteration(asm, on) == per_iteration(asm, off), asm
+    skylake = Engine("skylake").default_table().with_model(("memory", "forwarded_load"), "bhive")
+    assert skylake.globals["forwarded_load_latency"] == 3
+
+
 def test_loads_of_one_l1_bank_in_different_sets_do_not_issue_together():
     """Sandy and Ivy Bridge: BHive measures ``movq 8(%rax), %r12 ; cmpq %rcx, 8(%rsp)`` at
     2.0 cycles an iteration on Ivy Bridge (its loads 0x2324008 and 0x2324808: one bank,
@@ -651,6 +682,7 @@ INTEL = (
     "pointer_chasing",
     "slow_lea",
     "folded_load",
+    "forwarded_load",
     "harness_offset",
 )
 

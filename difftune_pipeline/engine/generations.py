@@ -32,6 +32,7 @@ COMMON = (
     "pointer_chasing",
     "slow_lea",
     "folded_load",
+    "forwarded_load",
     "harness_offset",
 )
 _INTEL = (*COMMON, "move_elimination", "locked", "partial_register")

@@ -1,6 +1,7 @@
 // Simulation: a block lowered under a compiled table and run through llvm-mca's
 // default pipeline, many (block, table) pairs at a time.
 #include "engine_impl.h"
+#include "forwarded_load.h"
 #include "front_end.h"
 #include "memory_unit.h"
 #include "move_elimination.h"
@@ -163,6 +164,7 @@ Simulated simulateOne(const EngineImpl &E, const BlockImpl &B, const TableImpl &
     if (G.on("move_elimination")) markEliminableMoves(E, B, Lowered);
     if (G.on("partial_register")) mergePartialWrites(E, Lowered, MergeReads);
     if (G.on("pointer_chasing")) shortenPointerChases(E, B, Lowered, G, SyncedWrites);
+    if (G.on("forwarded_load")) timeForwardedLoads(E, B, Lowered, G, SyncedWrites);
     for (size_t I = 0; I < Sync.size(); ++I) Facts[I].SyncUops = Sync[I];
     const std::vector<int> Drains = serialisingDrains(E, B, G);
     for (size_t I = 0; I < Drains.size(); ++I)
