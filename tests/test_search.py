@@ -66,6 +66,25 @@ def test_a_global_goes_on_stepping_while_it_pays(haswell, haswell_train):
     assert state.spent <= 20_000
 
 
+def test_every_global_that_pays_moves_in_one_visit(haswell, haswell_train):
+    """Two globals off LLVM's values: one visit moves both, the one that pays less
+    judged again on top of the other, not left for a later round."""
+    blocks, _ = haswell_train
+    default = haswell.default_table(blocks)
+    measured = haswell.simulate(blocks, default).cycles.astype(float)
+    off = default.copy()
+    off.globals.update(dispatch_width=1, micro_op_buffer_size=default.globals["micro_op_buffer_size"] // 4)
+    state = Search(haswell, blocks, measured, default, SearchConfig(budget=20_000), start=off)
+    start_error = state.train_mape
+    moved = state.improve_globals()
+    assert sorted(m.split("+")[0] for m in moved) == ["dispatch_width", "micro_op_buffer_size"], moved
+    assert state.globals["dispatch_width"] > 1
+    assert state.globals["micro_op_buffer_size"] > default.globals["micro_op_buffer_size"] // 4
+    assert state.train_mape < start_error and state.spent <= 20_000
+    fresh = Search(haswell, blocks, measured, default, SearchConfig(), start=state.full_table())
+    assert state.train_mape == pytest.approx(fresh.train_mape)  # the errors kept are the table's
+
+
 def test_gradient_proposer_ranks_moves_by_predicted_gain():
     row = {"latency": [5], "uops": 2, "read_advance": [], "ports": {"HWPort0": 1, "HWPort1": 1}}
     columns = ["latency", "uops", "port:HWPort0", "port:HWPort1"]

@@ -213,49 +213,68 @@ class Search:
     def improve_globals(self) -> list[str]:
         """Each global one step up or down (the reorder buffer by 16, a mechanism's
         parameter by its declared ``move``), judged on every train block while that costs at most a quarter of
-        the budget (llvm-mca's two globals), else on a random sample that does; the
-        best one then goes on stepping the same way, on the same blocks, while
-        that pays, and the move is simulated on every block."""
+        the budget (llvm-mca's two globals), else on a random sample that does.
+        Every global whose step paid then moves, the best first, each on top of
+        those before it and again only while it pays there, going on stepping the
+        same way while that pays: a mechanism's parameter that only its few blocks
+        feel moves in the same round as the global that moves them all. The moves
+        are then simulated on every block."""
         everything = np.arange(len(self.blocks))
         step = {"micro_op_buffer_size": 16} | {n: p.move for n, p in mechanisms.PARAMETERS.items()}
         options = [(g, d * step.get(g, 1)) for g in self.globals for d in (-1, 1)]
-        candidates = [
-            (g, d, {**self.globals, g: self.globals[g] + d})
-            for g, d in options
-            if LIMITS[g][0] <= self.globals[g] + d <= LIMITS[g][1]
-        ]
+        candidates = [(g, d) for g, d in options if LIMITS[g][0] <= self.globals[g] + d <= LIMITS[g][1]]
         if not candidates:
             return []
         judged = everything
         if len(everything) * len(candidates) > self.config.budget // 4:
             size = max(self.config.sample_blocks, self.config.budget // 4 // len(candidates))
             judged = np.sort(self.rng.choice(everything, min(size, len(everything)), replace=False))
-        spend = len(judged) * len(candidates) + (len(everything) if len(judged) < len(everything) else 0)
-        if self.spent + spend > self.config.budget:
+        final = len(everything) if len(judged) < len(everything) else 0  # the moves on every block
+        if self.spent + len(judged) * len(candidates) + final > self.config.budget:
             return []
-        errs = self._errors(judged, [self.table(globals_=new) for _, _, new in candidates])
-        away = lambda values, g: abs(log_scale(values[g]) - log_scale(self.default.globals[g]))  # noqa: E731
-        price = self.config.prior * np.array([away(new, g) - away(self.globals, g) for g, _, new in candidates])
-        gain = self._gain(self.signed[judged], errs, len(everything)) - price
-        best = int(np.argmax(gain))
-        if gain[best] <= 1e-9:
+        here = self.signed[judged]
+        errs = self._errors(
+            judged, [self.table(globals_={**self.globals, g: self.globals[g] + d}) for g, d in candidates]
+        )
+        gain = np.array(
+            [self._global_gain(here, e, g, self.globals, self.globals[g] + d) for (g, d), e in zip(candidates, errs)]
+        )
+        current, accepted, moved = dict(self.globals), [], set()
+        for i in np.argsort(-gain, kind="stable"):
+            g, d = candidates[i]
+            if gain[i] <= 1e-9 or g in moved:
+                continue
+            if accepted:  # on top of the moves before it: judged again
+                if self.spent + len(judged) + final > self.config.budget:
+                    break
+                there = self._errors(judged, [self.table(globals_={**current, g: current[g] + d})])[0]
+                if self._global_gain(here, there, g, current, current[g] + d) <= 1e-9:
+                    continue
+            else:
+                there = errs[i]
+            current, here, steps = {**current, g: current[g] + d}, there, 1
+            while self.spent + len(judged) + final <= self.config.budget:  # further the same way while it pays
+                further = current[g] + d
+                if not LIMITS[g][0] <= further <= LIMITS[g][1]:
+                    break
+                there = self._errors(judged, [self.table(globals_={**current, g: further})])[0]
+                if self._global_gain(here, there, g, current, further) <= 1e-9:
+                    break
+                current, here, steps = {**current, g: further}, there, steps + 1
+            moved.add(g)
+            accepted.append(f"{g}{d * steps:+d}")
+        if not accepted:
             return []
-        g, d, new = candidates[best]
-        here, steps = errs[best], 1
-        final = len(everything) if len(judged) < len(everything) else 0  # the move on every block
-        # further the same way while it pays: a global moves one step per round otherwise
-        while self.spent + len(judged) + final <= self.config.budget:
-            further = {**new, g: new[g] + d}
-            if not LIMITS[g][0] <= further[g] <= LIMITS[g][1]:
-                break
-            there = self._errors(judged, [self.table(globals_=further)])[0]
-            price = self.config.prior * (away(further, g) - away(new, g))
-            if self._gain(here, there, len(everything)) - price <= 1e-9:
-                break
-            new, here, steps = further, there, steps + 1
-        self.globals = new
+        self.globals = current
         self.signed = here if len(judged) == len(everything) else self._errors(everything, [self.table()])[0]
-        return [f"{g}{d * steps:+d}"]
+        return accepted
+
+    def _global_gain(self, before: np.ndarray, after: np.ndarray, g: str, globals_: dict, value: int) -> float:
+        """What setting global ``g`` of ``globals_`` to ``value`` saves on the judged
+        blocks (scaled to the train set), less the prior's price of the distance it adds from the default."""
+        away = lambda v: abs(log_scale(v) - log_scale(self.default.globals[g]))  # noqa: E731
+        price = self.config.prior * (away(value) - away(globals_[g]))
+        return float(self._gain(before, after, len(self.blocks))) - price
 
     @property
     def train_mape(self) -> float:
