@@ -1,4 +1,5 @@
 #include "forwarded_load.h"
+#include "lowered_writes.h"
 
 using namespace llvm;
 
@@ -66,20 +67,8 @@ void timeForwardedLoads(const EngineImpl &E, const BlockImpl &B,
                         std::vector<std::unique_ptr<mca::WriteDescriptor>> &Owned) {
   const unsigned Latency = G.param("forwarded_load_latency");
   const std::vector<bool> Forwarded = forwardedLoads(E, B);
-  for (size_t I = 0; I < Forwarded.size(); ++I) {
-    if (!Forwarded[I]) continue;
-    const auto &Descs = Lowered[I]->getDesc().Writes;
-    for (mca::WriteState &W : Lowered[I]->getDefs()) {
-      const auto Desc = llvm::find_if(Descs, [&](const mca::WriteDescriptor &D) {
-        const MCOperand &Op = B.Insts[I].getOperand(D.OpIndex);
-        return !D.isImplicitWrite() && Op.isReg() && Op.getReg() == W.getRegisterID();
-      });
-      if (Desc == Descs.end()) continue;
-      Owned.push_back(std::make_unique<mca::WriteDescriptor>(*Desc));
-      Owned.back()->Latency = Latency;
-      W = mca::WriteState(*Owned.back(), W.getRegisterID(), W.clearsSuperRegisters(), W.isWriteZero());
-    }
-  }
+  for (size_t I = 0; I < Forwarded.size(); ++I)
+    if (Forwarded[I]) retimeWrites(B.Insts[I], *Lowered[I], [&](unsigned) { return Latency; }, Owned);
 }
 
 }  // namespace dt

@@ -1,5 +1,6 @@
 #include "pointer_chasing.h"
 #include "front_end.h"
+#include "lowered_writes.h"
 
 using namespace llvm;
 
@@ -56,22 +57,8 @@ void shortenPointerChases(const EngineImpl &E, const BlockImpl &B,
   const unsigned Saving = G.param("pointer_chase_saving");
   if (!Saving) return;
   const std::vector<bool> Chases = pointerChases(E, B);
-  for (size_t I = 0; I < Chases.size(); ++I) {
-    if (!Chases[I]) continue;
-    const MCInst &MI = B.Insts[I];
-    const auto &Descs = Lowered[I]->getDesc().Writes;
-    for (mca::WriteState &W : Lowered[I]->getDefs()) {
-      const auto Desc = llvm::find_if(Descs, [&](const mca::WriteDescriptor &D) {
-        if (D.isImplicitWrite()) return D.RegisterID == W.getRegisterID();
-        const MCOperand &Op = MI.getOperand(D.OpIndex);
-        return Op.isReg() && Op.getReg() == W.getRegisterID();
-      });
-      if (Desc == Descs.end()) continue;
-      Owned.push_back(std::make_unique<mca::WriteDescriptor>(*Desc));
-      Owned.back()->Latency = W.getLatency() - std::min(W.getLatency(), Saving);  // the current one: a sync may lengthen it
-      W = mca::WriteState(*Owned.back(), W.getRegisterID(), W.clearsSuperRegisters(), W.isWriteZero());
-    }
-  }
+  for (size_t I = 0; I < Chases.size(); ++I)
+    if (Chases[I]) retimeWrites(B.Insts[I], *Lowered[I], [&](unsigned L) { return L - std::min(L, Saving); }, Owned);
 }
 
 }  // namespace dt
