@@ -129,6 +129,12 @@ struct MemoryMap {
   std::vector<std::vector<std::vector<Access>>> ByInstr;  // [instruction][iteration] -> accesses
 };
 
+// Whether two byte ranges share a byte; whether one access holds all of another's bytes.
+inline bool overlap(uint64_t A, int ASize, uint64_t B, int BSize) { return A < B + BSize && B < A + ASize; }
+inline bool contains(const Access &Outer, const Access &Inner) {
+  return Outer.address <= Inner.address && Inner.address + Inner.size <= Outer.address + Outer.size;
+}
+
 // The registers an instruction reads and writes (widened), as Block.operands gives them.
 InstrOperands instrOperands(const EngineImpl &E, const llvm::MCInst &MI);
 

@@ -1,4 +1,5 @@
 #include "forwarded_load.h"
+#include "folded_load.h"
 #include "lowered_writes.h"
 
 using namespace llvm;
@@ -9,18 +10,13 @@ namespace {
 // One register written, no implicit write, and nothing read but the address.
 bool plainLoad(const EngineImpl &E, const MCInst &MI) {
   const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
-  if (!D.mayLoad() || D.mayStore() || D.getNumDefs() != 1 || !D.implicit_defs().empty() ||
-      !D.implicit_uses().empty())
+  if (!foldsLoad(D) || D.getNumDefs() != 1 || !D.implicit_defs().empty() || !D.implicit_uses().empty())
     return false;
   for (unsigned Op = D.getNumDefs(); Op < D.getNumOperands() && Op < MI.getNumOperands(); ++Op)
     if (D.operands()[Op].OperandType != MCOI::OPERAND_MEMORY && MI.getOperand(Op).isReg() &&
         MI.getOperand(Op).getReg())
       return false;
   return true;
-}
-
-bool overlap(const Access &A, const Access &B) {
-  return A.address < B.address + B.size && B.address < A.address + A.size;
 }
 
 const std::vector<Access> &accessesAt(const MemoryMap &M, size_t Instr, size_t Iteration) {
@@ -47,9 +43,9 @@ std::vector<bool> forwardedLoads(const EngineImpl &E, const BlockImpl &B) {
         if (M.ByInstr[J].empty()) continue;
         bool Reads = false, Whole = false;
         for (const Access &W : accessesAt(M, J, At / N))
-          if (W.store && overlap(L, W)) {
+          if (W.store && overlap(L.address, L.size, W.address, W.size)) {
             Reads = true;
-            Whole |= W.address <= L.address && L.address + L.size <= W.address + W.size;
+            Whole |= contains(W, L);
           }
         if (!Reads) continue;
         Forwarded |= Whole;

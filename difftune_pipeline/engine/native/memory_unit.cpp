@@ -28,12 +28,6 @@ MemoryUnit::MemoryUnit(const MCSchedModel &SM, std::shared_ptr<const MemoryMap> 
 }
 namespace {
 
-bool overlap(uint64_t A, int ASize, uint64_t B, int BSize) { return A < B + BSize && B < A + ASize; }
-
-bool contains(const Access &Outer, const Access &Inner) {
-  return Outer.address <= Inner.address && Inner.address + Inner.size <= Outer.address + Outer.size;
-}
-
 // 4K aliasing: the low 12 bits of the two accesses overlap while the addresses do not.
 bool alias4k(const Access &X, const Access &Y) {
   return !overlap(X.address, X.size, Y.address, Y.size) &&
