@@ -382,6 +382,94 @@ def test_a_load_the_store_buffer_serves_takes_the_forwarded_latency(haswell, bas
     assert skylake.globals["forwarded_load_latency"] == 3
 
 
+def test_a_load_that_reaches_a_new_page_through_a_loaded_value_misses_the_dtlb(haswell, base):
+    """BHive measures the jump-table chain `movslq (%rax,%rsi,4), %rdx ; addq %rdx, %rax`
+    at 14.0 cycles an iteration on Haswell and 15.0 on Skylake (the load and the add: 6):
+    the loaded value moves the pointer to a new page every iteration, and the load
+    takes its translation from the second-level TLB. A stream a register steps, an
+    address that comes back to its pages and symbolic addresses are not charged."""
+    off = model(base, ("memory",), "bhive")
+    on = model(base, ("memory", "dtlb_miss"), "bhive")
+    assert on.globals["dtlb_miss_latency"] == 8
+
+    def per_iteration(asm, table, harness_name="bhive", engine=haswell):
+        block = engine.parse_asm(asm)
+        return float(engine.simulate([harness.accesses(block, harness_name).attach(block)], table).steady[0]) / 100
+
+    chase = "movslq (%rax,%rsi,4), %rdx\naddq %rdx, %rax"
+    assert (per_iteration(chase, off), per_iteration(chase, on)) == (6.0, 14.0)
+    assert per_iteration(chase, model(base, ("memory", "dtlb_miss"), "bhive", dtlb_miss_latency=4)) == 10.0
+    # the first load's page is the one the second load reached four iterations before: a hit
+    two = "movl 24(%rax), %edx\nmovslq (%rax,%rdx,4), %rdx\naddq %rdx, %rax"
+    assert (per_iteration(two, off), per_iteration(two, on)) == (11.0, 19.0)
+    for asm in (
+        "movq (%rsi), %rax\naddq %rcx, %rsi\naddq %rax, %rbx",  # a page a step, a register's stride
+        "addl %edi, %ecx\nandl %eax, %ecx\nmovl %ecx, %edi\nmovl (%rsi,%rdi,4), %edi",  # masked: no one stride
+        "movq (%rax), %rax",  # BHive's pointers all point at one page
+    ):
+        assert per_iteration(asm, on) == per_iteration(asm, off), asm
+    symbolic = model(base, ("memory", "dtlb_miss"), "none")
+    assert per_iteration(chase, symbolic, "none") == per_iteration(chase, model(base, ("memory",), "none"), "none")
+    skylake = Engine("skylake")
+    skylake_on = skylake.default_table().with_model(("memory", "dtlb_miss"), "bhive")
+    assert skylake_on.globals["dtlb_miss_latency"] == 9
+    assert per_iteration(chase, skylake_on, engine=skylake) == 15.0
+    with pytest.raises(InvalidTable, match="dtlb_miss needs memory on"):
+        haswell.compile(model(base, ("dtlb_miss",), "bhive"))
+
+
+def test_bit_scans_and_the_counts_with_a_false_dependency_wait_for_their_destination():
+    """BHive measures `bsrq %rsi, %rax ; addq %rdi, %rax` at 4.0 cycles an iteration on
+    Skylake (llvm-mca: 1.0): a bit scan keeps its destination when the source is
+    zero, so it reads it. POPCNT has the same (false) dependency from Sandy Bridge
+    to Skylake, LZCNT and TZCNT on Haswell only (Skylake dropped it; Ivy Bridge runs
+    TZCNT's encoding as BSF). A load form is left as LLVM has it."""
+
+    def per_iteration(mcpu, asm, mechanisms):
+        engine = Engine(mcpu)
+        table = engine.default_table().with_model(mechanisms)
+        return float(engine.simulate([engine.parse_asm(asm)], table).steady[0]) / 100
+
+    for mcpu, asm, chained in (
+        ("skylake", "bsrq %rsi, %rax\naddq %rdi, %rax", 4.0),
+        ("haswell", "bsfl %esi, %eax", 3.0),
+        ("haswell", "tzcntq %rsi, %rax", 3.0),
+        ("haswell", "lzcntw %si, %ax", 3.0),
+        ("skylake", "popcntq %rsi, %rax", 3.0),
+        ("skylake", "tzcntq %rsi, %rax", 1.0),
+        ("ivybridge", "tzcntl %edi, %esi", 3.0),
+        ("skylake", "bsrq (%rdi), %rax", 1.0),
+    ):
+        assert per_iteration(mcpu, asm, ()) == 1.0, (mcpu, asm)
+        assert per_iteration(mcpu, asm, ("output_dependency",)) == chained, (mcpu, asm)
+
+
+def test_skylake_decodes_cmov_and_setcc_on_its_first_decoder_alone():
+    """BHive measures `leaq -56(%r15), %rax ; xorl %ebx, %ebx ; testq %r15, %r15 ;
+    cmovneq %rax, %rbx ; movq %rbx, %rdi` at 2.00 cycles an iteration on Skylake and
+    the four instructions `leaq -56(%rbx), %rsi ; testq %rbx, %rbx ; movq %r13, %rdi ;
+    cmoveq %r14, %rsi` at 0.95: four decoders a cycle, the first alone for the one-µop
+    CMOVcc and SETcc, give both."""
+    skylake = Engine("skylake")
+    llvm = skylake.default_table()
+
+    def per_iteration(asm, mechanisms):
+        table = llvm.with_model(mechanisms)
+        return float(skylake.simulate([skylake.parse_asm(asm)], table).steady[0]) / 100
+
+    five = "leaq -56(%r15), %rax\nxorl %ebx, %ebx\ntestq %r15, %r15\ncmovneq %rax, %rbx\nmovq %rbx, %rdi"
+    sets = "cmpb $13, %r9b\nsetne %r13b\ncmpb $10, %r9b\nsetne %r15b\ntestb %r15b, %r13b"
+    four = "leaq -56(%rbx), %rsi\ntestq %rbx, %rbx\nmovq %r13, %rdi\ncmoveq %r14, %rsi"
+    for asm, off, on in ((five, 1.25, 2.0), (sets, 1.25, 2.0), (four, 1.0, 1.0)):
+        assert per_iteration(asm, ("front_end",)) == off, asm
+        assert per_iteration(asm, ("front_end", "complex_decoder")) == on, asm
+    assert "complex_decoder" in extended.for_cpu("skylake")
+    with pytest.raises(InvalidTable, match="complex_decoder needs front_end on"):
+        skylake.compile(llvm.with_model(("complex_decoder",)))
+    with pytest.raises(ValueError, match="complex_decoder is not a mechanism of haswell"):
+        Engine("haswell").default_table().with_model(("front_end", "complex_decoder"))
+
+
 def test_loads_of_one_l1_bank_in_different_sets_do_not_issue_together():
     """Sandy and Ivy Bridge: BHive measures ``movq 8(%rax), %r12 ; cmpq %rcx, 8(%rsp)`` at
     2.0 cycles an iteration on Ivy Bridge (its loads 0x2324008 and 0x2324808: one bank,
@@ -521,7 +609,8 @@ def test_a_folded_load_starts_its_load_before_its_register_operand_is_ready(mcpu
     producer to issue before its read advance counts, says 6. What the load waits
     for keeps its cycles: an address register, a store it reads from."""
     engine = Engine(mcpu)
-    on = engine.default_table().with_model(pipeline(mcpu), "bhive")
+    # `addq 8(%rax), %rax` moves RAX by a loaded value to a new page every iteration: dtlb_miss's
+    on = engine.default_table().with_model(tuple(m for m in pipeline(mcpu) if m != "dtlb_miss"), "bhive")
     off = on.with_model(tuple(m for m in on.mechanisms if m != "folded_load"), "bhive")
     for asm, folded, whole in [
         ("andl $2147483647, %ecx\naddl 192(%r14), %ecx", 200, 600),
@@ -683,6 +772,8 @@ INTEL = (
     "slow_lea",
     "folded_load",
     "forwarded_load",
+    "dtlb_miss",
+    "output_dependency",
     "harness_offset",
 )
 

@@ -33,6 +33,8 @@ COMMON = (
     "slow_lea",
     "folded_load",
     "forwarded_load",
+    "dtlb_miss",
+    "output_dependency",
     "harness_offset",
 )
 _INTEL = (*COMMON, "move_elimination", "locked", "partial_register")
@@ -47,7 +49,11 @@ class Generation:
     it when the destination is also a source). ``fusible_on_last_decoder``: an
     instruction a jcc could fuse with may take the last decoder (Skylake on).
     ``slow_lea_port``: how LLVM's names of the port a slow LEA runs on end (port 1:
-    SBPort1, HWPort1, BWPort1, SKLPort1, SKXPort1 in the models of the CPUs above)."""
+    SBPort1, HWPort1, BWPort1, SKLPort1, SKXPort1 in the models of the CPUs above).
+    ``reads_destination``: the LLVM opcodes (name prefixes) whose register forms
+    wait for their destination's last writer (``output_dependency``).
+    ``complex_decoder``: those whose register forms only the first decoder takes
+    though they issue as one µop (``complex_decoder``)."""
 
     name: str
     cpus: tuple[str, ...]
@@ -59,6 +65,8 @@ class Generation:
     unlaminates_indexed: bool = False
     fusible_on_last_decoder: bool = False
     slow_lea_port: str = ""
+    reads_destination: tuple[str, ...] = ()
+    complex_decoder: tuple[str, ...] = ()
 
     def facts(self) -> dict:
         """What the engine reads: the mechanisms with their parameters' ranges, and the front end's rules."""
@@ -68,6 +76,8 @@ class Generation:
             "unlaminates_indexed": self.unlaminates_indexed,
             "fusible_on_last_decoder": self.fusible_on_last_decoder,
             "slow_lea_port": self.slow_lea_port,
+            "reads_destination": list(self.reads_destination),
+            "complex_decoder": list(self.complex_decoder),
         }
 
 
@@ -100,6 +110,30 @@ class Generation:
 # (Haswell removed them). Zen+: the memory dependencies, the stack engine and the
 # zero-count shift; its front end is not Intel's and is not modelled; its
 # measurements are nanoBench's (AnICA's set).
+# Destination reads: a bit scan of a zero source leaves its destination as it
+# was (AMD's manual documents it; Intel's calls the result undefined, and its
+# cores keep it), so BSF and BSR read it on every Intel core. POPCNT waits for
+# its destination's last writer from Sandy Bridge to Skylake, and LZCNT and TZCNT
+# on Haswell and Broadwell (Intel's specification updates, "POPCNT Instruction
+# May Take Longer to Execute Than Expected" and the like for LZCNT and TZCNT;
+# LLVM's X86 target breaks these false dependencies for the same cores,
+# TuningPOPCNTFalseDeps and TuningLZCNTFalseDeps); Sandy and Ivy Bridge have no
+# LZCNT or TZCNT and run those encodings as BSR and BSF. BHive measures
+# `bsrq %rsi, %rax ; addq %rdi, %rax` at 4.0 cycles an iteration on Skylake,
+# `bsrq %rax, %rcx ; xorl $63, %ecx ; subl %esi, %ecx ; subl %ecx, %edx ; cmpl
+# $64, %edx` at 5.05 on Haswell and `tzcntl %edi, %esi ; ...` at 3.99 on Ivy
+# Bridge: the chains through the destination.
+_BIT_SCANS_AND_COUNTS = ("BSF", "BSR", "POPCNT", "LZCNT", "TZCNT")
+# The complex decoder (Skylake): CMOVcc and SETcc of registers issue as one µop
+# on Skylake (two before it, which the first decoder takes for that), yet BHive's
+# Skylake blocks of five instructions with one of them take 2.0 cycles an
+# iteration where four decoders a cycle, the first alone for them, give exactly
+# that (`leaq -56(%r15), %rax ; xorl %ebx, %ebx ; testq %r15, %r15 ; cmovneq
+# %rax, %rbx ; movq %rbx, %rdi`: 2.00; `cmpb $13, %r9b ; setne %r13b ; cmpb $10,
+# %r9b ; setne %r15b ; testb %r15b, %r13b`: 1.94; llvm-mca and any decoder alike
+# 1.25), and those of four take 1.0, which rules out a second µop. Abel and
+# Reineke's uiCA (ICS 2022) records which instructions need the complex decoder
+# per microarchitecture from measurements of this kind.
 GENERATIONS: tuple[Generation, ...] = (
     Generation(
         "sandybridge",
@@ -110,6 +144,7 @@ GENERATIONS: tuple[Generation, ...] = (
         eliminates_moves=False,
         unlaminates_indexed=True,
         slow_lea_port="Port1",
+        reads_destination=_BIT_SCANS_AND_COUNTS,
     ),
     Generation(
         "ivybridge",
@@ -119,6 +154,7 @@ GENERATIONS: tuple[Generation, ...] = (
         dispatch_width=6,
         unlaminates_indexed=True,
         slow_lea_port="Port1",
+        reads_destination=_BIT_SCANS_AND_COUNTS,
     ),
     Generation(
         "haswell",
@@ -127,15 +163,18 @@ GENERATIONS: tuple[Generation, ...] = (
         (*COMMON, "partial_register"),
         dispatch_width=8,
         slow_lea_port="Port1",
+        reads_destination=_BIT_SCANS_AND_COUNTS,
     ),
     Generation(
         "skylake",
         ("skylake", "skylake-avx512", "cascadelake"),
-        _INTEL,
-        (*COMMON, "partial_register"),
+        (*_INTEL, "complex_decoder"),
+        (*COMMON, "partial_register", "complex_decoder"),
         dispatch_width=8,
         fusible_on_last_decoder=True,
         slow_lea_port="Port1",
+        reads_destination=("BSF", "BSR", "POPCNT"),
+        complex_decoder=("CMOV", "SETCC"),
     ),
     Generation(
         "zen",

@@ -6,6 +6,10 @@ read them from here.
   cycle, decoders (one complex; before Skylake not the last for a fusible instruction), the µop
   queue and the issue width, macro-fusion (cmp/test+jcc) and micro-fusion, and
   the predecoder's stall on a length-changing prefix (66h with a 16-bit immediate).
+- ``complex_decoder`` (Skylake): a register-form CMOVcc or SETcc (the
+  generation's ``complex_decoder`` opcodes) is decoded by the first decoder
+  alone, as an instruction of more than one µop is, though it issues as one
+  (with ``front_end``).
 - ``memory``: a load waits for the youngest older store to its bytes (once the
   store's data is ready, plus a store-to-load forwarding latency) or for one
   whose address it 4K-aliases (a penalty), at the addresses a harness model
@@ -49,6 +53,13 @@ read them from here.
   but its address) that an older store of the block forwards to delivers its data
   a number of cycles after it issues (once the store's data is ready), whatever
   its row's latency, which then times loads from the L1 alone (with ``memory``).
+- ``dtlb_miss`` (Intel): a load whose 4 KiB page the first-level DTLB (64
+  entries) no longer holds in every iteration of the steady state, at the
+  addresses a harness model gives, takes its translation from the second-level
+  TLB: its result comes a number of cycles later (with ``memory``).
+- ``output_dependency`` (Intel): a register-form bit scan (BSF, BSR), and on
+  the generations that have the false dependency POPCNT, LZCNT and TZCNT, waits
+  for its destination's last writer (``generations.Generation.reads_destination``).
 - ``slow_lea`` (Intel): an LEA of base, index and displacement (or of a base of
   RBP or R13 with an index) takes a number of cycles on one port (the
   generation's ``slow_lea_port``), where LLVM gives every LEA one cycle on two.
@@ -186,6 +197,17 @@ class Parameter:
 # MAPE Haswell 4.59% -> 4.54% at 4, Ivy Bridge 5.43% -> 5.26% at 4, Skylake
 # 5.49% -> 5.24% at 3, where 4 gives 5.47%; bench/mechanism_on_tables.py
 # --mechanism forwarded_load --set forwarded_load_latency=F).
+# DTLB misses: Intel's optimization manual (248966) gives the first-level DTLB
+# 64 entries for 4 KiB pages (Sandy Bridge to Skylake) backed by a second-level
+# TLB, and a load that misses the first and hits the second several cycles more.
+# BHive's harness maps every page onto one physical page, but a block that adds a
+# loaded value to a pointer lands on a new virtual page every iteration: on the
+# pipeline's train split (full profile) the jump-table chains `movslq
+# (%rax,%rsi,4), %rdx ; addq %rdx, %rax` measure 14.0 cycles an iteration on
+# Haswell and 15.0 on Skylake where the load and the add take 6, and with a
+# second load in the chain whose page the first touched four iterations before,
+# 19.0 and 20.0 where they take 11: 8 and 9 cycles for the one load that misses.
+# Ivy Bridge's train split has no such block: it takes Haswell's.
 # Harness offset: BHive's figures are (L_a - L_b)/(a - b) for two unroll counts,
 # the minimum of repeated runs each (BHive's README, "Throughput Calculation"),
 # and they sit under the steady state by a constant: on the pipeline's train
@@ -219,10 +241,12 @@ PARAMETERS: dict[str, Parameter] = {
     "pointer_chase_saving": Parameter("pointer_chasing", 1, (0, 4), (0, 2), 1, 1.0),
     "slow_lea_latency": Parameter("slow_lea", 3, (1, 30), (1, 6), 1, 3.0),
     "forwarded_load_latency": Parameter("forwarded_load", 4, (1, 30), (2, 8), 1, 4.0, (("skylake", 3),)),
+    "dtlb_miss_latency": Parameter("dtlb_miss", 8, (0, 100), (0, 16), 1, 8.0, (("skylake", 9),)),
     "harness_offset_cycles": Parameter("harness_offset", 1, (0, 10), (0, 4), 1, 2.0, (("skylake", 2),)),
 }
 MECHANISMS = (
     "front_end",
+    "complex_decoder",
     "memory",
     "stack_engine",
     "x87_stack",
@@ -231,6 +255,8 @@ MECHANISMS = (
     "slow_lea",
     "folded_load",
     "forwarded_load",
+    "dtlb_miss",
+    "output_dependency",
     "harness_offset",
     "move_elimination",
     "zero_shift",
@@ -238,13 +264,16 @@ MECHANISMS = (
     "bank_conflict",
     "partial_register",
 )
-# The mechanisms another needs on: bank conflicts and page walks read the
-# addresses the memory mechanism is given; a folded load's load is held in its load unit.
+# The mechanisms another needs on: bank conflicts, page walks, forwarded loads
+# and DTLB misses read the addresses the memory mechanism is given; a folded load's load is held in its load unit;
+# the complex decoder is the front end's.
 REQUIRES: dict[str, tuple[str, ...]] = {
     "bank_conflict": ("memory",),
     "page_walk": ("memory",),
     "folded_load": ("memory",),
     "forwarded_load": ("memory",),
+    "dtlb_miss": ("memory",),
+    "complex_decoder": ("front_end",),
 }
 # What the mechanisms simulate, versioned: a table's id and a parameter space's id
 # under the extended model name it, so that results stored by an engine whose

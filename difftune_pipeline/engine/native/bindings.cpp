@@ -71,6 +71,10 @@ dt::Generation generationFromDict(nb::dict D) {
   if (D.contains("fusible_on_last_decoder"))
     G.fusible_on_last_decoder = nb::cast<bool>(D["fusible_on_last_decoder"]);
   if (D.contains("slow_lea_port")) G.slow_lea_port = nb::cast<std::string>(D["slow_lea_port"]);
+  if (D.contains("reads_destination"))
+    G.reads_destination = nb::cast<std::vector<std::string>>(D["reads_destination"]);
+  if (D.contains("complex_decoder"))
+    G.complex_decoder = nb::cast<std::vector<std::string>>(D["complex_decoder"]);
   if (D.contains("mechanisms"))
     for (nb::handle H : D["mechanisms"]) {
       nb::dict M = nb::cast<nb::dict>(H);

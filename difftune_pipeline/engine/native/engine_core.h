@@ -54,6 +54,8 @@ struct Generation {
   bool unlaminates_indexed = false;      // micro-fusion never keeps an indexed memory operand fused
   bool fusible_on_last_decoder = false;  // a macro-fusible instruction may take the last decoder
   std::string slow_lea_port;             // how the name of the port a slow LEA runs on ends (slow_lea)
+  std::vector<std::string> reads_destination;  // opcodes whose register forms read their destination (output_dependency)
+  std::vector<std::string> complex_decoder;    // opcodes whose register forms only the first decoder takes (complex_decoder)
   const MechanismSpec *find(const std::string &Mechanism) const {
     for (const MechanismSpec &M : mechanisms)
       if (M.name == Mechanism) return &M;

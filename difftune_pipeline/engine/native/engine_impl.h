@@ -122,6 +122,8 @@ struct EngineImpl {
   llvm::SmallVector<llvm::MCRegister, 16> Gpr64;  // RAX to R15 (partial-register writes)
 };
 
+constexpr int64_t kPage = 4096;  // bytes of a page
+
 // A block's recorded memory accesses, by instruction and iteration.
 struct MemoryMap {
   bool Exact = false;       // real addresses (4K aliasing is meaningful)
@@ -133,6 +135,19 @@ struct MemoryMap {
 inline bool overlap(uint64_t A, int ASize, uint64_t B, int BSize) { return A < B + BSize && B < A + ASize; }
 inline bool contains(const Access &Outer, const Access &Inner) {
   return Outer.address <= Inner.address && Inner.address + Inner.size <= Outer.address + Outer.size;
+}
+
+// The accesses of instruction Instr in one iteration. Iterations past the
+// recorded ones continue each access at the stride of the last two recorded.
+inline std::vector<Access> accessesAt(const MemoryMap &M, size_t Instr, size_t Iteration) {
+  const auto &ByIteration = M.ByInstr[Instr];
+  const size_t K = ByIteration.size();
+  if (Iteration < K || K == 0) return K ? ByIteration[Iteration] : std::vector<Access>();
+  std::vector<Access> Out = ByIteration[K - 1];
+  if (K >= 2 && ByIteration[K - 2].size() == Out.size())
+    for (size_t J = 0; J < Out.size(); ++J)
+      Out[J].address += (Iteration - K + 1) * (Out[J].address - ByIteration[K - 2][J].address);
+  return Out;
 }
 
 // The registers an instruction reads and writes (widened), as Block.operands gives them.

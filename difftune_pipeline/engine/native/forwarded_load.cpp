@@ -19,11 +19,6 @@ bool plainLoad(const EngineImpl &E, const MCInst &MI) {
   return true;
 }
 
-const std::vector<Access> &accessesAt(const MemoryMap &M, size_t Instr, size_t Iteration) {
-  const auto &ByIteration = M.ByInstr[Instr];
-  return ByIteration[std::min(Iteration, ByIteration.size() - 1)];
-}
-
 }  // namespace
 
 std::vector<bool> forwardedLoads(const EngineImpl &E, const BlockImpl &B) {

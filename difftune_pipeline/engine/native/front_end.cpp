@@ -133,9 +133,17 @@ FrontEndParams frontEndParams(const Globals &G, const MCSchedModel &SM) {
           P("uop_queue_size"),  P("issue_width"),     P("lcp_penalty"), true};
 }
 
+// Whether MI is a register form of an opcode the generation's complex_decoder names.
+static bool needsFirstDecoder(const EngineImpl &E, const MCInst &MI) {
+  const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
+  if (D.mayLoad() || D.mayStore()) return false;
+  const StringRef Name = E.MCII->getName(MI.getOpcode());
+  return llvm::any_of(E.Gen.complex_decoder, [&](const std::string &Opcode) { return Name.starts_with(Opcode); });
+}
+
 std::vector<FrontEndInstr> frontEndFacts(const EngineImpl &E, const BlockImpl &B,
                                          const SmallVectorImpl<std::unique_ptr<mca::Instruction>> &Lowered,
-                                         bool Fusion) {
+                                         bool Fusion, bool FirstDecoder) {
   std::vector<FrontEndInstr> Out(B.Insts.size());
   for (size_t I = 0; I < Out.size(); ++I) {
     Out[I].Bytes = std::max<size_t>(1, B.Encoding[I].size() / 2);
@@ -144,6 +152,7 @@ std::vector<FrontEndInstr> frontEndFacts(const EngineImpl &E, const BlockImpl &B
     Out[I].Fused = Fusion ? fusedUops(E, B.Insts[I], Uops) : Uops;
     Out[I].LengthChanging = Fusion && lengthChanging(E, B.Insts[I]);
     Out[I].NotLastDecoder = Fusion && !E.Gen.fusible_on_last_decoder && !fusibleKind(E, B.Insts[I]).empty();
+    Out[I].FirstDecoder = Fusion && FirstDecoder && needsFirstDecoder(E, B.Insts[I]);
   }
   if (Fusion)
     for (size_t I = 0; I + 1 < Out.size(); ++I)
@@ -222,7 +231,8 @@ void FrontEndStage::predecode() {
 }
 
 // Up to Decoders instructions (a fused pair counts once); one that issues as
-// more than SimpleDecoderUops fused µops needs the first decoder; one that could
+// more than SimpleDecoderUops fused µops, or that the generation lists
+// (complex_decoder), needs the first decoder; one that could
 // fuse with a jcc after it cannot take the last decoder before Skylake (uiCA's
 // measurements); a microcoded one holds the decoders for a cycle per kMsromUops µops.
 void FrontEndStage::decode() {
@@ -235,7 +245,7 @@ void FrontEndStage::decode() {
     const bool Pair = facts(First).FusesWithNext;
     if (Pair && Predecoded.size() < 2) return;  // its second half is not predecoded yet
     const unsigned Uops = facts(First).Fused;
-    if (Uops > P.SimpleDecoderUops && Slot > 0) return;
+    if ((Uops > P.SimpleDecoderUops || facts(First).FirstDecoder) && Slot > 0) return;
     if (facts(First).NotLastDecoder && Slot + 1 == P.Decoders && Slot > 0) return;
     const unsigned Cost = cost(First) + (Pair ? cost(Predecoded[1]) : 0);
     if (!Queue.empty() && QueueUops + Cost > P.QueueSize) return;

@@ -34,6 +34,7 @@ struct FrontEndInstr {
   bool FusesWithNext = false;  // first half of a macro-fused pair: decoded with the next one
   bool LengthChanging = false; // a length-changing prefix: 66h with a 16-bit immediate (the predecoder stalls)
   bool NotLastDecoder = false; // before Skylake, one a jcc after it could fuse with (CMP, TEST, ...) avoids the last decoder
+  bool FirstDecoder = false;   // taken by the first decoder alone, whatever its µops (complex_decoder)
   unsigned SyncUops = 0;       // stack-engine sync µops issued just before it
   bool Drain = false;          // issues once every older instruction has retired (serialising.h) ...
   unsigned DrainCycles = 0;    // ... and this many cycles more
@@ -52,10 +53,12 @@ class MemoryUnit;
 FrontEndParams frontEndParams(const Globals &G, const llvm::MCSchedModel &SM);
 
 // Per-instruction facts of B under the table whose instructions are `Lowered`.
-// Fusion applies only when `Fusion` (the front-end mechanism) is on.
+// Fusion applies only when `Fusion` (the front-end mechanism) is on; the
+// generation's complex_decoder opcodes need the first decoder when `FirstDecoder`
+// (the complex_decoder mechanism) is.
 std::vector<FrontEndInstr> frontEndFacts(const EngineImpl &E, const BlockImpl &B,
                                          const llvm::SmallVectorImpl<std::unique_ptr<llvm::mca::Instruction>> &Lowered,
-                                         bool Fusion);
+                                         bool Fusion, bool FirstDecoder);
 
 // What the front end reads of B whatever the table: each instruction's length,
 // the µops micro-fusion saves it (of an instruction with enough µops), and

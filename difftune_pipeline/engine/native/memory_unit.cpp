@@ -49,17 +49,9 @@ bool bankConflict(const Access &X, const Access &Y) {
 
 }  // namespace
 
-// The accesses of one dynamic instruction. Iterations past the recorded ones
-// continue each access at the stride of the last two recorded iterations.
+// The accesses of one dynamic instruction.
 std::vector<Access> MemoryUnit::accessesOf(unsigned SourceIndex) const {
-  const auto &ByIteration = Map.ByInstr[SourceIndex % BlockSize];
-  const size_t Iteration = SourceIndex / BlockSize, K = ByIteration.size();
-  if (Iteration < K || K == 0) return K ? ByIteration[Iteration] : std::vector<Access>();
-  std::vector<Access> Out = ByIteration[K - 1];
-  if (K >= 2 && ByIteration[K - 2].size() == Out.size())
-    for (size_t J = 0; J < Out.size(); ++J)
-      Out[J].address += (Iteration - K + 1) * (Out[J].address - ByIteration[K - 2][J].address);
-  return Out;
+  return accessesAt(Map, SourceIndex % BlockSize, SourceIndex / BlockSize);
 }
 
 // Whether one of the accesses of a stream that advances by less than a page an

@@ -20,8 +20,9 @@
 // after it issues. BHive's harness backs every page with one physical page, but
 // each virtual page a block sweeps through still needs its own translation.
 // Streams that jump a page or more an iteration, and addresses computed from
-// values, are not charged: BHive's measurements of them show a smaller and
-// varying cost (docs/model.md).
+// values, are not charged here: BHive's measurements of them show a smaller and
+// varying cost (docs/model.md); a load that a loaded value moves to a new page
+// every iteration is timed by dtlb_miss.h.
 // With folded_load, a folded load (folded_load.h) waits for a stand-in that
 // completes its load's cycles after its address registers are ready and the
 // stores it reads from have forwarded: its operation, timed by the table without
@@ -78,7 +79,6 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
   const std::shared_ptr<const MemoryMap> Owned;
   const MemoryMap &Map;
   const unsigned BlockSize, ForwardDelay, AliasDelay, FailDelay, BankDelay, WalkDelay;
-  static constexpr int64_t kPage = 4096;
   std::vector<std::vector<bool>> Strided;  // [instruction][access]: its addresses keep one stride under a page
   std::unordered_set<uint64_t> Touched;    // pages accessed so far in the run
   std::vector<Walk> Walks;                 // walks whose stand-in has not completed

@@ -1,10 +1,12 @@
 // Simulation: a block lowered under a compiled table and run through llvm-mca's
 // default pipeline, many (block, table) pairs at a time.
 #include "engine_impl.h"
+#include "dtlb_miss.h"
 #include "forwarded_load.h"
 #include "front_end.h"
 #include "memory_unit.h"
 #include "move_elimination.h"
+#include "output_dependency.h"
 #include "partial_register.h"
 #include "pointer_chasing.h"
 #include "monitor_stage.h"
@@ -160,11 +162,13 @@ Simulated simulateOne(const EngineImpl &E, const BlockImpl &B, const TableImpl &
   if (Extended) {
     const std::vector<unsigned> Sync = G.on("stack_engine") ? applyStackEngine(E, B, Lowered, G, SyncedWrites)
                                                             : std::vector<unsigned>();
-    Facts = frontEndFacts(E, B, Lowered, G.on("front_end"));
+    Facts = frontEndFacts(E, B, Lowered, G.on("front_end"), G.on("complex_decoder"));
     if (G.on("move_elimination")) markEliminableMoves(E, B, Lowered);
     if (G.on("partial_register")) mergePartialWrites(E, Lowered, MergeReads);
+    if (G.on("output_dependency")) readDestinations(E, B, Lowered, MergeReads);
     if (G.on("pointer_chasing")) shortenPointerChases(E, B, Lowered, G, SyncedWrites);
     if (G.on("forwarded_load")) timeForwardedLoads(E, B, Lowered, G, SyncedWrites);
+    if (G.on("dtlb_miss")) timeDtlbMisses(E, B, Lowered, G, SyncedWrites);
     for (size_t I = 0; I < Sync.size(); ++I) Facts[I].SyncUops = Sync[I];
     const std::vector<int> Drains = serialisingDrains(E, B, G);
     for (size_t I = 0; I < Drains.size(); ++I)

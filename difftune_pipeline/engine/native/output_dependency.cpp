@@ -1,0 +1,39 @@
+#include "output_dependency.h"
+
+using namespace llvm;
+
+namespace dt {
+
+// A use index no scheduling class has a ReadAdvance entry for.
+static constexpr unsigned kDestinationUse = 1001;
+
+bool readsDestination(const EngineImpl &E, const MCInst &MI) {
+  const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
+  // A load form is left as llvm-mca has it: the read would hold its load too.
+  if (D.mayLoad() || D.getNumDefs() == 0 || !MI.getOperand(0).isReg() || !MI.getOperand(0).getReg()) return false;
+  const StringRef Name = E.MCII->getName(MI.getOpcode());
+  return llvm::any_of(E.Gen.reads_destination, [&](const std::string &Opcode) {
+    return Name.starts_with(Opcode) && Name.drop_front(Opcode.size()).contains("rr");
+  });
+}
+
+unsigned readDestinations(const EngineImpl &E, const BlockImpl &B,
+                          SmallVectorImpl<std::unique_ptr<mca::Instruction>> &Lowered,
+                          std::vector<std::unique_ptr<mca::ReadDescriptor>> &Owned) {
+  unsigned Changed = 0;
+  for (size_t I = 0; I < B.Insts.size(); ++I) {
+    if (!readsDestination(E, B.Insts[I])) continue;
+    const MCRegister Dest = B.Insts[I].getOperand(0).getReg();
+    Owned.push_back(std::make_unique<mca::ReadDescriptor>());
+    mca::ReadDescriptor &D = *Owned.back();
+    D.OpIndex = -1;  // an implicit read
+    D.UseIndex = kDestinationUse;
+    D.RegisterID = Dest;
+    D.SchedClassID = Lowered[I]->getDesc().SchedClassID;
+    Lowered[I]->getUses().emplace_back(D, Dest);
+    ++Changed;
+  }
+  return Changed;
+}
+
+}  // namespace dt
