@@ -122,7 +122,8 @@ def main() -> None:
         if args.extended:
             _, ext = _latest_learned(db, mcpu, extended=True)
             runs.append(("extended (pipeline)", None, ext))
-            # the mechanisms another needs go with it (bank conflicts, page walks, folded and forwarded loads: memory)
+            # the mechanisms another needs go with it (bank conflicts, page walks, folded and forwarded loads,
+            # DTLB misses: memory; the complex decoder: the front end)
             for m in ext.mechanisms:
                 gone = [x for x in ext.mechanisms if x == m or m in REQUIRES.get(x, ())]
                 runs.append((f"extended − {' − '.join(gone)}", tuple(x for x in ext.mechanisms if x not in gone), ext))

@@ -1,5 +1,5 @@
 #include "dtlb_miss.h"
-#include "lowered_writes.h"
+#include "lowered_operands.h"
 
 using namespace llvm;
 

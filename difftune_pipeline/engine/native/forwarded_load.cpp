@@ -1,6 +1,6 @@
 #include "forwarded_load.h"
 #include "folded_load.h"
-#include "lowered_writes.h"
+#include "lowered_operands.h"
 
 using namespace llvm;
 

@@ -1,11 +1,9 @@
 #include "output_dependency.h"
+#include "lowered_operands.h"
 
 using namespace llvm;
 
 namespace dt {
-
-// A use index no scheduling class has a ReadAdvance entry for.
-static constexpr unsigned kDestinationUse = 1001;
 
 bool readsDestination(const EngineImpl &E, const MCInst &MI) {
   const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
@@ -23,14 +21,7 @@ unsigned readDestinations(const EngineImpl &E, const BlockImpl &B,
   unsigned Changed = 0;
   for (size_t I = 0; I < B.Insts.size(); ++I) {
     if (!readsDestination(E, B.Insts[I])) continue;
-    const MCRegister Dest = B.Insts[I].getOperand(0).getReg();
-    Owned.push_back(std::make_unique<mca::ReadDescriptor>());
-    mca::ReadDescriptor &D = *Owned.back();
-    D.OpIndex = -1;  // an implicit read
-    D.UseIndex = kDestinationUse;
-    D.RegisterID = Dest;
-    D.SchedClassID = Lowered[I]->getDesc().SchedClassID;
-    Lowered[I]->getUses().emplace_back(D, Dest);
+    addRead(*Lowered[I], B.Insts[I].getOperand(0).getReg(), Owned);
     ++Changed;
   }
   return Changed;

@@ -1,11 +1,9 @@
 #include "partial_register.h"
+#include "lowered_operands.h"
 
 using namespace llvm;
 
 namespace dt {
-
-// A use index no scheduling class has a ReadAdvance entry for.
-static constexpr unsigned kMergeUse = 1000;
 
 // AH, BH, CH and DH are renamed apart from their full register (uiCA's
 // high8RenamedSeparately, Sandy Bridge to Skylake): writing one waits for nothing.
@@ -41,15 +39,7 @@ unsigned mergePartialWrites(const EngineImpl &E, SmallVectorImpl<std::unique_ptr
       });
       if (!Read && !llvm::is_contained(Merged, Full)) Merged.push_back(Full);
     }
-    for (MCRegister Full : Merged) {
-      Owned.push_back(std::make_unique<mca::ReadDescriptor>());
-      mca::ReadDescriptor &D = *Owned.back();
-      D.OpIndex = -1;  // an implicit read
-      D.UseIndex = kMergeUse;
-      D.RegisterID = Full;
-      D.SchedClassID = Inst->getDesc().SchedClassID;
-      Uses.emplace_back(D, Full);
-    }
+    for (MCRegister Full : Merged) addRead(*Inst, Full, Owned);
     Changed += !Merged.empty();
   }
   return Changed;

@@ -1,6 +1,6 @@
 #include "pointer_chasing.h"
 #include "front_end.h"
-#include "lowered_writes.h"
+#include "lowered_operands.h"
 
 using namespace llvm;
 

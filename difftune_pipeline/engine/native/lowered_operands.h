@@ -1,7 +1,9 @@
-// Retiming a lowered instruction's register writes: MCA reads a write's latency
-// from its descriptor, which the InstrBuilder shares between every instruction
-// of the opcode, so a mechanism that times one instruction differently gives
-// its writes copies of their descriptors (pointer_chasing, forwarded_load).
+// A lowered instruction's operands changed for one instruction of a block: MCA
+// reads a write's latency from its descriptor, which the InstrBuilder shares
+// between every instruction of the opcode, so a mechanism that times one
+// instruction differently gives its writes copies of their descriptors
+// (pointer_chasing, forwarded_load, dtlb_miss); a read a mechanism adds
+// (partial_register, output_dependency) gets a descriptor of its own.
 #pragma once
 
 #include "llvm/MC/MCInst.h"
@@ -30,6 +32,21 @@ inline void retimeWrites(const llvm::MCInst &MI, llvm::mca::Instruction &I,
     Owned.back()->Latency = Latency(W.getLatency());  // the current one: a sync may lengthen it
     W = llvm::mca::WriteState(*Owned.back(), W.getRegisterID(), W.clearsSuperRegisters(), W.isWriteZero());
   }
+}
+
+// Adds to I a read of register Reg that no ReadAdvance entry applies to (a use
+// index no scheduling class has one for). Its descriptor is kept in Owned,
+// which must outlive the simulation.
+inline void addRead(llvm::mca::Instruction &I, llvm::MCRegister Reg,
+                    std::vector<std::unique_ptr<llvm::mca::ReadDescriptor>> &Owned) {
+  constexpr unsigned kAddedUse = 1000;
+  Owned.push_back(std::make_unique<llvm::mca::ReadDescriptor>());
+  llvm::mca::ReadDescriptor &D = *Owned.back();
+  D.OpIndex = -1;  // an implicit read
+  D.UseIndex = kAddedUse;
+  D.RegisterID = Reg;
+  D.SchedClassID = I.getDesc().SchedClassID;
+  I.getUses().emplace_back(D, Reg);
 }
 
 }  // namespace dt
