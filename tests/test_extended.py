@@ -406,6 +406,7 @@ def test_a_load_that_reaches_a_new_page_through_a_loaded_value_misses_the_dtlb(h
         "movq (%rsi), %rax\naddq %rcx, %rsi\naddq %rax, %rbx",  # a page a step, a register's stride
         "addl %edi, %ecx\nandl %eax, %ecx\nmovl %ecx, %edi\nmovl (%rsi,%rdi,4), %edi",  # masked: no one stride
         "movq (%rax), %rax",  # BHive's pointers all point at one page
+        "popq %rax\nsubq $8192, %rsp\naddq 8(%rsp), %rcx",  # a pop's RSP is not the value it loads
     ):
         assert per_iteration(asm, on) == per_iteration(asm, off), asm
     symbolic = model(base, ("memory", "dtlb_miss"), "none")

@@ -36,7 +36,8 @@ std::vector<bool> loadDrivenAddresses(const EngineImpl &E, const BlockImpl &B) {
     for (size_t I = 0; I < N; ++I) {
       const MCInst &MI = B.Insts[I];
       const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
-      const bool Breaking = instrOperands(E, MI).dependency_breaking;
+      const InstrOperands Ops = instrOperands(E, MI);
+      const bool Breaking = Ops.dependency_breaking;
       bool Fed = D.mayLoad();
       SmallVector<MCRegister, 4> Writes;
       for (unsigned Op = 0; Op < MI.getNumOperands(); ++Op) {
@@ -51,7 +52,8 @@ std::vector<bool> loadDrivenAddresses(const EngineImpl &E, const BlockImpl &B) {
         if (!Breaking) Fed |= driven(O.getReg());
       }
       for (MCPhysReg R : D.implicit_uses()) Fed |= driven(R);
-      for (MCPhysReg R : D.implicit_defs()) Writes.push_back(R);
+      for (MCPhysReg R : D.implicit_defs())
+        if (!Ops.stack_op || R != E.RSP) Writes.push_back(R);  // a pop's RSP is not the value it loads
       for (MCRegister W : Writes) {
         llvm::erase_if(Driven, [&](MCRegister D) { return E.MRI->regsOverlap(D, W); });
         if (Fed) Driven.push_back(W);
