@@ -29,6 +29,8 @@ std::vector<bool> loadDrivenAddresses(const EngineImpl &E, const BlockImpl &B) {
   const size_t N = B.Insts.size();
   std::vector<bool> Out(N);
   std::vector<MCRegister> Driven;  // registers whose value derives from a load
+  std::vector<InstrOperands> Ops;  // what each instruction breaks and whether it is a push or pop
+  for (const MCInst &MI : B.Insts) Ops.push_back(instrOperands(E, MI));
   const auto driven = [&](MCRegister R) {
     return R && llvm::any_of(Driven, [&](MCRegister D) { return E.MRI->regsOverlap(D, R); });
   };
@@ -36,8 +38,7 @@ std::vector<bool> loadDrivenAddresses(const EngineImpl &E, const BlockImpl &B) {
     for (size_t I = 0; I < N; ++I) {
       const MCInst &MI = B.Insts[I];
       const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
-      const InstrOperands Ops = instrOperands(E, MI);
-      const bool Breaking = Ops.dependency_breaking;
+      const bool Breaking = Ops[I].dependency_breaking;
       bool Fed = D.mayLoad();
       SmallVector<MCRegister, 4> Writes;
       for (unsigned Op = 0; Op < MI.getNumOperands(); ++Op) {
@@ -53,7 +54,7 @@ std::vector<bool> loadDrivenAddresses(const EngineImpl &E, const BlockImpl &B) {
       }
       for (MCPhysReg R : D.implicit_uses()) Fed |= driven(R);
       for (MCPhysReg R : D.implicit_defs())
-        if (!Ops.stack_op || R != E.RSP) Writes.push_back(R);  // a pop's RSP is not the value it loads
+        if (!Ops[I].stack_op || R != E.RSP) Writes.push_back(R);  // a pop's RSP is not the value it loads
       for (MCRegister W : Writes) {
         llvm::erase_if(Driven, [&](MCRegister D) { return E.MRI->regsOverlap(D, W); });
         if (Fed) Driven.push_back(W);

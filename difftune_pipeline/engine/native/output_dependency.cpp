@@ -5,7 +5,9 @@ using namespace llvm;
 
 namespace dt {
 
-bool readsDestination(const EngineImpl &E, const MCInst &MI) {
+// Whether MI reads its destination register under the generation's rule: a
+// register form of an opcode the generation's reads_destination names.
+static bool readsDestination(const EngineImpl &E, const MCInst &MI) {
   const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
   // A load form is left as llvm-mca has it: the read would hold its load too.
   if (D.mayLoad() || D.getNumDefs() == 0 || !MI.getOperand(0).isReg() || !MI.getOperand(0).getReg()) return false;

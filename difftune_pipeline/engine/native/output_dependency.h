@@ -14,13 +14,10 @@
 
 namespace dt {
 
-// Whether MI reads its destination register under the generation's rule: a
-// register form of an opcode the generation's reads_destination names.
-bool readsDestination(const EngineImpl &E, const llvm::MCInst &MI);
-
-// Adds to each such instruction of Lowered a read of the register it writes;
-// returns how many it changed. The reads' descriptors are kept in Owned, which
-// must outlive the simulation.
+// Adds to each instruction of Lowered that is a register form of an opcode the
+// generation's reads_destination names a read of the register it writes; returns
+// how many it changed. The reads' descriptors are kept in Owned, which must
+// outlive the simulation.
 unsigned readDestinations(const EngineImpl &E, const BlockImpl &B,
                           llvm::SmallVectorImpl<std::unique_ptr<llvm::mca::Instruction>> &Lowered,
                           std::vector<std::unique_ptr<llvm::mca::ReadDescriptor>> &Owned);
