@@ -75,8 +75,13 @@ class Accesses:
     def exact(self) -> bool:
         return self.harness != "none"
 
+    @property
+    def one_page(self) -> bool:
+        """Whether every page is backed by one physical page (``physical_alias``)."""
+        return self.harness == "bhive"
+
     def attach(self, block: Block) -> Block:
-        return block.with_accesses(list(self.rows), self.exact)
+        return block.with_accesses(list(self.rows), self.exact, self.one_page)
 
 
 class EmulationError(Exception):

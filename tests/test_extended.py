@@ -419,6 +419,30 @@ def test_a_load_that_reaches_a_new_page_through_a_loaded_value_misses_the_dtlb(h
         haswell.compile(model(base, ("dtlb_miss",), "bhive"))
 
 
+def test_a_load_that_4k_aliases_a_store_on_bhives_one_physical_page_waits_for_it_to_retire(haswell, base):
+    """BHive measures `movq (%r12), %rdx ; movq 56(%rsp), %rcx ; movq %rcx, (%rdx,%rax,8) ;
+    addl $1, 8(%r12)` at 19.2 cycles an iteration on Skylake: the store through the
+    loaded pointer and the add's load meet at one page offset, which on BHive's one
+    physical page is one byte. The load is not forwarded; it reads the store's data
+    once the store has retired. nanoBench's harness has pages of its own: unchanged."""
+    asm = "movq (%r12), %rdx\nmovq 56(%rsp), %rcx\nmovq %rcx, (%rdx,%rax,8)\naddl $1, 8(%r12)"
+    block = haswell.parse_asm(asm)
+    attached = {h: harness.accesses(block, h).attach(block) for h in ("bhive", "nanobench", "none")}
+    assert [attached[h].one_page_accesses for h in attached] == [True, False, False]
+
+    def per_iteration(h, mechanisms, **globals_):
+        return float(haswell.simulate([attached[h]], model(base, mechanisms, h, **globals_)).steady[0]) / 100
+
+    on = model(base, ("memory", "physical_alias"), "bhive")
+    assert on.globals["physical_alias_penalty"] == 10
+    assert (per_iteration("bhive", ("memory",)), per_iteration("bhive", ("memory", "physical_alias"))) == (11.0, 16.0)
+    assert per_iteration("bhive", ("memory", "physical_alias"), physical_alias_penalty=14) == 20.0
+    for h in ("nanobench", "none"):
+        assert per_iteration(h, ("memory", "physical_alias")) == per_iteration(h, ("memory",)) == 6.0
+    with pytest.raises(InvalidTable, match="physical_alias needs memory on"):
+        haswell.compile(model(base, ("physical_alias",), "bhive"))
+
+
 def test_bit_scans_and_the_counts_with_a_false_dependency_wait_for_their_destination():
     """BHive measures `bsrq %rsi, %rax ; addq %rdi, %rax` at 4.0 cycles an iteration on
     Skylake (llvm-mca: 1.0): a bit scan keeps its destination when the source is
@@ -774,6 +798,7 @@ INTEL = (
     "folded_load",
     "forwarded_load",
     "dtlb_miss",
+    "physical_alias",
     "output_dependency",
     "harness_offset",
 )

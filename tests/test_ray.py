@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import SAMPLE
-from difftune_pipeline import steps
+from difftune_pipeline import harness, steps
 from difftune_pipeline.config import override, settings_for
 from difftune_pipeline.defs import resources
 from difftune_pipeline.defs.resources import Compute, compute_from_env
@@ -52,17 +52,22 @@ def test_ray_pairs_equal_the_engine_with_bad_tables_and_asm_blocks(pool, haswell
     ray_engine = RayEngine("haswell", pool)
     blocks = haswell.disassemble_many([h for h, _ in sample_rows[:300]])
     blocks.append(haswell.parse_asm("addq %rax, %rbx\nimulq %rbx, %rax"))  # travels as its text
+    aliasing = haswell.parse_asm("movq (%r12), %rdx\nmovq %rcx, (%rdx,%rax,8)\naddl $1, 8(%r12)")
+    blocks.append(harness.accesses(aliasing, "bhive").attach(aliasing))  # with BHive's one physical page
     base = haswell.default_table(blocks)
     key = next(k for b in blocks for k in b.row_keys if base.rows[k]["latency"])
     slower = ParamTable(base.mcpu, base.llvm_version, {**base.globals, "dispatch_width": 2}, {})
     bad = ParamTable(base.mcpu, base.llvm_version, base.globals, {key: {**base.rows[key], "latency": [-5]}})
-    tables = [None, slower, bad]
+    tables = [None, slower, bad, base.with_model(("memory", "physical_alias"), "bhive")]
     rng = np.random.default_rng(0)
     bidx, tidx = rng.integers(0, len(blocks), 2000), rng.integers(0, len(tables), 2000)
+    bidx[-1], tidx[-1] = len(blocks) - 1, len(tables) - 1  # the addresses' physical page travels too
     want = haswell.simulate_pairs(blocks, tables, bidx, tidx)
     got = ray_engine.simulate_pairs(blocks, tables, bidx, tidx)
     assert np.array_equal(got.cycles, want.cycles) and got.status == want.status
     assert any(s.startswith("invalid table") for s in got.status)  # a bad table fails only its pairs
+    own_pages = aliasing.with_accesses(list(blocks[-1].accesses), True)  # the same addresses, pages of their own
+    assert want.cycles[-1] > haswell.simulate([own_pages], tables[-1]).cycles[0]
     before = pool.tasks
     again = ray_engine.simulate_pairs(blocks, tables, bidx[:10], tidx[:10])  # the block list is shipped once
     assert again.status == want.status[:10] and pool.tasks == before + 1

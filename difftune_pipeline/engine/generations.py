@@ -34,6 +34,7 @@ COMMON = (
     "folded_load",
     "forwarded_load",
     "dtlb_miss",
+    "physical_alias",
     "output_dependency",
     "harness_offset",
 )

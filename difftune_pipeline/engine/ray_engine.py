@@ -91,8 +91,10 @@ def _worker_class():
             engine = self.engines.get(mcpu) or self.engines.setdefault(mcpu, Engine(mcpu))
             if (mcpu, key) not in self.blocks:
                 self.blocks[mcpu, key] = [
-                    engine.rebuild(source).with_accesses(accesses, exact) if accesses else engine.rebuild(source)
-                    for source, accesses, exact in ray.get(shipped[0])
+                    engine.rebuild(source).with_accesses(accesses, exact, one_page)
+                    if accesses
+                    else engine.rebuild(source)
+                    for source, accesses, exact, one_page in ray.get(shipped[0])
                 ]
                 if len(self.blocks) > SHIPPED_LISTS:
                     self.blocks.popitem(last=False)
@@ -198,7 +200,7 @@ class RayEngine(Engine):
         if hit is not None and hit[0] is blocks:
             self._shipped.move_to_end(id(blocks))
             return hit[1], hit[2]
-        sources = [(b.source, b.accesses, b.exact_accesses) for b in blocks]  # the memory model's addresses too
+        sources = [(b.source, b.accesses, b.exact_accesses, b.one_page_accesses) for b in blocks]  # their addresses too
         key = hashlib.sha256(json.dumps(sources).encode()).hexdigest()
         ref = ray.put(sources)
         self._shipped[id(blocks)] = (blocks, key, ref)

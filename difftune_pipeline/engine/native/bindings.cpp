@@ -117,13 +117,14 @@ NB_MODULE(_engine, m) {
       .def(
           "with_accesses",
           [](const dt::Block &B, const std::vector<std::tuple<int, int, uint64_t, int, bool>> &A,
-             bool Exact) {
+             bool Exact, bool OnePage) {
             std::vector<dt::Access> Out;
             for (const auto &[It, In, Addr, Size, Store] : A) Out.push_back({It, In, Addr, Size, Store});
-            return B.with_accesses(Out, Exact);
+            return B.with_accesses(Out, Exact, OnePage);
           },
-          "accesses"_a, "exact"_a)
+          "accesses"_a, "exact"_a, "one_page"_a = false)
       .def_prop_ro("exact_accesses", &dt::Block::exact_accesses)
+      .def_prop_ro("one_page_accesses", &dt::Block::one_page_accesses)
       .def_prop_ro("front_end", &dt::Block::front_end)
       .def_prop_ro("serialising", &dt::Block::serialising)
       .def_prop_ro("accesses",

@@ -246,12 +246,13 @@ std::pair<std::string, std::string> Block::source() const {
 }
 std::vector<std::string> Block::encoding() const { return impl->Encoding; }
 
-Block Block::with_accesses(const std::vector<Access> &accesses, bool exact) const {
+Block Block::with_accesses(const std::vector<Access> &accesses, bool exact, bool one_page) const {
   auto B = std::make_shared<BlockImpl>(*impl);
   B->Memory = nullptr;
   if (accesses.empty() || !ok()) return Block{B};
   auto M = std::make_shared<MemoryMap>();
   M->Exact = exact;
+  M->OnePage = exact && one_page;
   M->All = accesses;
   std::stable_sort(M->All.begin(), M->All.end(), [](const Access &A, const Access &C) {
     return std::make_pair(A.iteration, A.instr) < std::make_pair(C.iteration, C.instr);
@@ -293,6 +294,7 @@ std::vector<std::tuple<bool, bool, bool>> Block::serialising() const {
 }
 
 bool Block::exact_accesses() const { return impl->Memory && impl->Memory->Exact; }
+bool Block::one_page_accesses() const { return impl->Memory && impl->Memory->OnePage; }
 
 std::vector<Access> Block::accesses() const {
   return impl->Memory ? impl->Memory->All : std::vector<Access>();

@@ -133,8 +133,9 @@ struct Block {
   // The same block with the addresses its loads and stores touch (the extended
   // model's memory dependencies); an empty list removes them. `exact`: real
   // addresses (4K aliasing is checked), not symbolic stand-ins.
-  Block with_accesses(const std::vector<Access> &accesses, bool exact) const;
+  Block with_accesses(const std::vector<Access> &accesses, bool exact, bool one_page = false) const;
   bool exact_accesses() const;
+  bool one_page_accesses() const;  // the addresses are a harness's that backs every page with one physical page
   std::vector<Access> accesses() const;
   // Per instruction: (bytes, µops micro-fusion saves, macro-fused into the one before).
   std::vector<std::tuple<int, int, bool>> front_end() const;

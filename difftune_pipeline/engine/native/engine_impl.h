@@ -127,6 +127,7 @@ constexpr int64_t kPage = 4096;  // bytes of a page
 // A block's recorded memory accesses, by instruction and iteration.
 struct MemoryMap {
   bool Exact = false;       // real addresses (4K aliasing is meaningful)
+  bool OnePage = false;     // every virtual page backed by one physical page (BHive's harness)
   std::vector<Access> All;  // as given, sorted by (iteration, instruction)
   std::vector<std::vector<std::vector<Access>>> ByInstr;  // [instruction][iteration] -> accesses
 };

@@ -12,7 +12,9 @@ MemoryUnit::MemoryUnit(const MCSchedModel &SM, std::shared_ptr<const MemoryMap> 
       ForwardDelay(G.param("store_forward_latency")), AliasDelay(G.param("alias_4k_penalty")),
       FailDelay(G.param("store_forward_fail_penalty")),
       BankDelay(G.on("bank_conflict") ? G.param("bank_conflict_penalty") : 0),
-      WalkDelay(G.on("page_walk") ? G.param("page_walk_penalty") : 0), Folded(std::move(Folded)) {
+      WalkDelay(G.on("page_walk") ? G.param("page_walk_penalty") : 0),
+      PhysicalAlias(G.on("physical_alias") && Map.OnePage),
+      PhysicalDelay(PhysicalAlias ? G.param("physical_alias_penalty") : 0), Folded(std::move(Folded)) {
   for (const auto &ByIteration : Map.ByInstr) {
     const size_t N = ByIteration.size() >= 2 ? ByIteration[0].size() : 0;
     std::vector<bool> Steady(N, true);
@@ -132,22 +134,30 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
     std::vector<bool> Served(Mine.size());
     std::vector<unsigned> Feeds;
     for (auto S = Stores.rbegin(); S != Stores.rend(); ++S) {
-      bool Forward = false, Fail = false, Alias = false;
+      bool Forward = false, Fail = false, Alias = false, Physical = false;
       for (size_t I = 0; I < Mine.size(); ++I) {
         const Access &L = Mine[I];
         if (L.store || Served[I]) continue;
-        bool Reads = false, Whole = false;
+        bool Reads = false, Whole = false, Aliases = false;
         for (const Access &W : S->Bytes)
           if (W.store) {
             Reads |= overlap(L.address, L.size, W.address, W.size);
             Whole |= contains(W, L);
-            Alias |= Map.Exact && alias4k(L, W);
+            Aliases |= Map.Exact && alias4k(L, W);
           }
-        Served[I] = Reads;
+        // On one physical page a 4K alias is the store's own bytes under another
+        // virtual address: the load reads them, and older stores no longer matter.
+        Physical |= PhysicalAlias && Aliases && !Reads;
+        Alias |= Aliases;
+        Served[I] = Reads || (PhysicalAlias && Aliases);
         Forward |= Reads && Whole;
         Fail |= Reads && !Whole;
       }
-      const unsigned From = Fail ? S->Fail : Forward ? S->Forward : Alias ? S->Alias : 0;
+      const unsigned From = Fail       ? S->Fail
+                            : Physical ? S->Physical
+                            : Forward  ? S->Forward
+                            : Alias    ? S->Alias
+                                       : 0;
       if (From && isValidGroupID(From)) {
         getGroup(From).addSuccessor(&Group, true);
         Feeds.push_back(From);
@@ -160,7 +170,9 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
     }
     if (BankDelay && Map.Exact) waitForBanks(Mine, G, std::move(Feeds), IR);
   }
-  if (IS.getMayStore()) Stores.push_back({G, standIn(), standIn(), standIn(), IR.getSourceIndex(), Mine});
+  if (IS.getMayStore())
+    Stores.push_back(
+        {G, standIn(), standIn(), standIn(), PhysicalAlias ? standIn() : 0, IR.getSourceIndex(), Mine});
   if (WalkDelay && Map.Exact) {
     Walks.erase(std::remove_if(Walks.begin(), Walks.end(), [&](const Walk &W) { return !isValidGroupID(W.StandIn); }),
                 Walks.end());
@@ -176,6 +188,7 @@ void MemoryUnit::onInstructionIssued(const mca::InstRef &IR) {
   LSUnitBase::onInstructionIssued(IR);
   if (Store *S = storeOf(IR.getInstruction()->getLSUTokenID())) {
     for (unsigned G : {S->Forward, S->Alias, S->Fail}) getGroup(G).onInstructionIssued(IR);
+    if (S->Physical) getGroup(S->Physical).onInstructionIssued(IR);
     // forwarded once its data is ready: a store that loads nothing (a
     // register, an immediate) the cycle after it issues, whatever latency its
     // description gives it (a push's counts its stack update); a
@@ -212,7 +225,10 @@ void MemoryUnit::onInstructionExecuted(const mca::InstRef &IR) {
 void MemoryUnit::onInstructionRetired(const mca::InstRef &IR) {
   const unsigned Token = IR.getInstruction()->getLSUTokenID();
   LSUnitBase::onInstructionRetired(IR);
-  if (Store *S = storeOf(Token)) schedule(S->Fail, FailDelay, IR.getSourceIndex());
+  if (Store *S = storeOf(Token)) {
+    schedule(S->Fail, FailDelay, IR.getSourceIndex());
+    if (S->Physical) schedule(S->Physical, PhysicalDelay, IR.getSourceIndex());
+  }
 }
 
 void MemoryUnit::schedule(unsigned Group, unsigned Delay, unsigned SourceIndex) {
@@ -223,7 +239,8 @@ void MemoryUnit::schedule(unsigned Group, unsigned Delay, unsigned SourceIndex) 
 }
 
 bool MemoryUnit::waitedFor(const Store &S) const {
-  return isValidGroupID(S.Forward) || isValidGroupID(S.Alias) || isValidGroupID(S.Fail);
+  return isValidGroupID(S.Forward) || isValidGroupID(S.Alias) || isValidGroupID(S.Fail) ||
+         (S.Physical && isValidGroupID(S.Physical));
 }
 
 unsigned MemoryUnit::oldestReferenced() const {

@@ -3,7 +3,10 @@
 // recorded: forwarded once the store's data is ready (a plain store's the cycle
 // after it issues, a read-modify-write's in its last cycle) when one store access
 // holds all the bytes the load reads there, or else after the store retires (a
-// failed forward); a load whose address only 4K-aliases an older store's waits too. Nothing else
+// failed forward); a load whose address only 4K-aliases an older store's waits too
+// (with physical_alias, on a harness that backs every page with one physical page,
+// as BHive's does, until the store retires: the alias is the store's own bytes
+// under another virtual address, which the store buffer does not forward). Nothing else
 // orders memory operations: a load waits for no store it does not touch, and
 // stores execute when their operands are ready (they commit in order anyway).
 // On Sandy and Ivy Bridge (bank_conflict) two loads of one L1 bank (address bits
@@ -42,9 +45,9 @@ namespace dt {
 class MemoryUnit final : public llvm::mca::LSUnitBase {
   // A store in flight, and the stand-in groups through which loads wait for it:
   // each "executes" its delay after the store's data is ready (Alias: after it
-  // executes; Fail: after it retires).
+  // executes; Fail and Physical: after it retires).
   struct Store {
-    unsigned Group = 0, Forward = 0, Alias = 0, Fail = 0;  // its own group and its stand-ins
+    unsigned Group = 0, Forward = 0, Alias = 0, Fail = 0, Physical = 0;  // its own group and its stand-ins
     unsigned SourceIndex = 0;
     std::vector<Access> Bytes;
   };
@@ -79,6 +82,8 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
   const std::shared_ptr<const MemoryMap> Owned;
   const MemoryMap &Map;
   const unsigned BlockSize, ForwardDelay, AliasDelay, FailDelay, BankDelay, WalkDelay;
+  const bool PhysicalAlias;  // physical_alias is on and the addresses share one physical page
+  const unsigned PhysicalDelay;
   std::vector<std::vector<bool>> Strided;  // [instruction][access]: its addresses keep one stride under a page
   std::unordered_set<uint64_t> Touched;    // pages accessed so far in the run
   std::vector<Walk> Walks;                 // walks whose stand-in has not completed
