@@ -263,16 +263,21 @@ def test_a_killed_simulation_step_resumes_without_loss_or_duplicates(ctx, wareho
     assert files == set(store.query("SELECT file FROM simulation_chunks", warehouse)["file"])  # no orphan, no twin
 
 
+def _simulate_a_shard(ctx) -> int:
+    """Simulates the first shard that has tables (a table's shard follows its id), in chunks of 40."""
+    return next(s for s in range(ctx.settings.shards) if steps.simulate_shard(ctx, s, chunk=40).simulated)
+
+
 def test_a_chunk_file_deleted_or_truncated_is_simulated_again(ctx, warehouse):
     steps.sampled_tables(ctx)
-    steps.simulate_shard(ctx, 0, chunk=40)
+    shard = _simulate_a_shard(ctx)
     rows = store.query("SELECT * FROM simulations ORDER BY ALL", warehouse).rows()
     files = sorted((warehouse.parent / "simulations").rglob("*.parquet"))
     files[0].unlink()
     files[1].write_bytes(files[1].read_bytes()[:100])  # a truncated file: not the size recorded
     with pytest.raises(OSError, match="2 recorded simulation chunk file.*damaged or gone, e.g. "):  # named
         store.query("SELECT count(*) FROM Simulations", warehouse)
-    again = steps.simulate_shard(ctx, 0, chunk=40)
+    again = steps.simulate_shard(ctx, shard, chunk=40)
     assert again.damaged_chunks_redone == 2 and 0 < again.simulated <= 80
     assert store.query("SELECT * FROM simulations ORDER BY ALL", warehouse).rows() == rows  # the same, once each
 
@@ -296,7 +301,7 @@ def test_a_chunk_file_altered_in_place_is_never_learned_from(ctx, warehouse):
     from difftune_pipeline.warehouse.simulation_files import DamagedChunks
 
     steps.sampled_tables(ctx)
-    steps.simulate_shard(ctx, 0, chunk=40)
+    shard = _simulate_a_shard(ctx)
     tables = store.query("SELECT DISTINCT table_id FROM simulation_chunks", warehouse)["table_id"].to_list()
     rows = store.query("SELECT * FROM simulations ORDER BY ALL", warehouse).rows()
     files = sorted((warehouse.parent / "simulations").rglob("*.parquet"))
@@ -307,14 +312,14 @@ def test_a_chunk_file_altered_in_place_is_never_learned_from(ctx, warehouse):
     with pytest.raises(DamagedChunks, match="1 recorded simulation chunk file"):  # before anything learns
         simulations_store.verified(warehouse, tables)
     assert store.query("SELECT count(*) FROM simulation_chunks", warehouse).item() == len(files) - 1  # forgotten
-    again = steps.simulate_shard(ctx, 0, chunk=40)
+    again = steps.simulate_shard(ctx, shard, chunk=40)
     assert again.simulated == sizes[0] and again.damaged_chunks_redone == 0
     assert store.query("SELECT * FROM simulations ORDER BY ALL", warehouse).rows() == rows
     simulations_store.verified(warehouse, tables)  # whole again
 
     _flip_a_cycles_byte(files[1])  # found by the shard itself too: named, forgotten, simulated again
     lines = []
-    out = steps.simulate_shard(ctx, 0, chunk=40, log=lines.append)
+    out = steps.simulate_shard(ctx, shard, chunk=40, log=lines.append)
     assert out.damaged_chunks_redone == 1 and out.simulated == sizes[1]
     assert len(lines) == 1 and str(files[1]) in lines[0] and "simulated again" in lines[0]
     assert store.query("SELECT * FROM simulations ORDER BY ALL", warehouse).rows() == rows

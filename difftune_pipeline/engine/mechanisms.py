@@ -60,11 +60,9 @@ read them from here.
 - ``output_dependency`` (Intel): a register-form bit scan (BSF, BSR), and on
   the generations that have the false dependency POPCNT, LZCNT and TZCNT, waits
   for its destination's last writer (``generations.Generation.reads_destination``).
-- ``physical_alias`` (Intel): where the harness backs every page with one
-  physical page (BHive's), a load that 4K-aliases an older store reads that
-  store's bytes under another virtual address: the store buffer does not forward
-  them, and the load reads the cache a number of cycles after the store retires
-  (with ``memory``).
+- ``physical_alias`` (Intel): on a harness's one physical page (BHive's) a load
+  that 4K-aliases an older store reads its bytes, unforwarded, a number of cycles
+  after the store retires (with ``memory``).
 - ``slow_lea`` (Intel): an LEA of base, index and displacement (or of a base of
   RBP or R13 with an index) takes a number of cycles on one port (the
   generation's ``slow_lea_port``), where LLVM gives every LEA one cycle on two.
@@ -121,9 +119,7 @@ class Parameter:
 # cycle of its own only when its opcode byte is in the first (front_end.cpp).
 # Five on every generation: on the pipeline's train split of BHive's files (full
 # profile), LLVM's values under the extended model score 7.41% MAPE with 5 and
-# 8.52% with 6 on Haswell, 8.03% and 9.09% on Ivy Bridge, 9.01% and 9.88% on Skylake
-# (on blocks 1000-3999 of each file, bench/predecoder.py: 6.27% and 7.42%, 7.48% and
-# 8.15%, 8.61% and 9.56%).
+# 8.52% with 6 on Haswell, 8.03% and 9.09% on Ivy Bridge, 9.01% and 9.88% on Skylake.
 # Memory: a load fed by a store gets its data about as late as its own load
 # latency (Agner Fog, "The microarchitecture of Intel, AMD and VIA CPUs",
 # "store forwarding": ~5 cycles on these cores), so no extra cycles by default,
@@ -141,8 +137,7 @@ class Parameter:
 # Zen+ (the nanoBench measurements of AnICA's artifact; Ritter and Hack, "AnICA",
 # OOPSLA 2022): a flags read after a zero-count shift costs the block about 26
 # cycles an iteration (`shll $0, %r8d ; cmovgel %edx, %ecx`: 25.96; the shift
-# alone: 1.0). With the pipeline draining first, an
-# assist of 23 cycles gives that block 26. Zen+'s memory and stack-engine values
+# alone: 1.0). With the pipeline draining first, an assist of 23 cycles gives 26. Zen+'s memory and stack-engine values
 # have no public figure of their own here: they start from the Intel values above
 # and are learned like every other.
 # Locked instructions drain the store buffer and run alone (Intel's optimization
@@ -187,9 +182,7 @@ class Parameter:
 # previous round, the blocks whose every LEA is slow (no division) are 17.9%
 # (Haswell, 70 blocks), 12.6% (Ivy Bridge, 60) and 15.5% (Skylake, 64) off,
 # predicted 8-13% too fast on average; their LEAs at 3 cycles on port 1 bring
-# them to 9.7%, 9.1% and 4.2%. The manual's RIP-relative and 16-bit-address forms
-# are left out: no train or val block has a RIP-relative LEA, and 64-bit code
-# has no 16-bit addressing.
+# them to 9.7%, 9.1% and 4.2%. No train or val block has the manual's RIP-relative form.
 # Forwarded loads: Intel's optimization manual (248966), "store forwarding", and
 # Agner Fog's guide (same section) give store-to-load forwarding about the L1's
 # latency, but LLVM has one latency per load, which the tuner had to split
@@ -198,10 +191,7 @@ class Parameter:
 # %eax ; incl %eax ; movl %eax, 4(%r14)`: 6.0, of which the load 4 counted from
 # the store's data): the learned tables of the previous round lowered the 32-bit
 # loads to 4 (Haswell) and 3 (Skylake). The defaults fit the pipeline's train
-# split best (full profile; those learned tables with the mechanism on: train
-# MAPE Haswell 4.59% -> 4.54% at 4, Ivy Bridge 5.43% -> 5.26% at 4, Skylake
-# 5.49% -> 5.24% at 3, where 4 gives 5.47%; bench/mechanism_on_tables.py
-# --mechanism forwarded_load --set forwarded_load_latency=F).
+# split best (docs/model.md; bench/mechanism_on_tables.py --mechanism forwarded_load).
 # DTLB misses: Intel's optimization manual (248966) gives the first-level DTLB
 # 64 entries for 4 KiB pages (Sandy Bridge to Skylake) backed by a second-level
 # TLB, and a load that misses the first and hits the second several cycles more.
@@ -214,13 +204,9 @@ class Parameter:
 # 19.0 and 20.0 where they take 11: 8 and 9 cycles for the one load that misses.
 # Ivy Bridge's train split has no such block: it takes Haswell's.
 # Physical aliases: on BHive's one physical page a 4K alias is the store's own
-# bytes under another virtual address, which the store buffer does not forward:
-# the load reads them once the store has committed, the failed forward's path and
-# penalty. On the pipeline's train split (full profile, the learned tables of the
-# round before) the blocks it changes come closest to the measurement at 10 of 6
-# to 14 on all three Intel generations (mean signed error Haswell -15.4% -> +1.4%,
-# Ivy Bridge -14.8% -> -3.7%, Skylake -17.0% -> +1.4%; bench/mechanism_on_tables.py
-# --mechanism physical_alias --set physical_alias_penalty=N).
+# bytes, read once the store has committed: the failed forward's penalty, which
+# fits the train blocks it changes best of 6 to 14 on all three Intel generations
+# (docs/model.md; bench/mechanism_on_tables.py --mechanism physical_alias).
 # Harness offset: BHive's figures are (L_a - L_b)/(a - b) for two unroll counts,
 # the minimum of repeated runs each (BHive's README, "Throughput Calculation"),
 # and they sit under the steady state by a constant: on the pipeline's train
