@@ -204,9 +204,9 @@ class Parameter:
 # 19.0 and 20.0 where they take 11: 8 and 9 cycles for the one load that misses.
 # Ivy Bridge's train split has no such block: it takes Haswell's.
 # Physical aliases: on BHive's one physical page a 4K alias is the store's own
-# bytes, read once the store has committed: the failed forward's penalty, which
-# fits the train blocks it changes best of 6 to 14 on all three Intel generations
-# (docs/model.md; bench/mechanism_on_tables.py --mechanism physical_alias).
+# bytes, read once the store has committed: the failed forward's penalty, best of 6
+# to 14 on Skylake's train blocks and Haswell's and Ivy Bridge's val (docs/model.md;
+# bench/mechanism_on_tables.py --mechanism physical_alias).
 # Harness offset: BHive's figures are (L_a - L_b)/(a - b) for two unroll counts,
 # the minimum of repeated runs each (BHive's README, "Throughput Calculation"),
 # and they sit under the steady state by a constant: on the pipeline's train
