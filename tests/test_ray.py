@@ -66,7 +66,7 @@ def test_ray_pairs_equal_the_engine_with_bad_tables_and_asm_blocks(pool, haswell
     got = ray_engine.simulate_pairs(blocks, tables, bidx, tidx)
     assert np.array_equal(got.cycles, want.cycles) and got.status == want.status
     assert any(s.startswith("invalid table") for s in got.status)  # a bad table fails only its pairs
-    own_pages = aliasing.with_accesses(list(blocks[-1].accesses), True)  # the same addresses, pages of their own
+    own_pages = aliasing.with_accesses(list(blocks[-1].accesses), True, False)  # the same addresses, own pages
     assert want.cycles[-1] > haswell.simulate([own_pages], tables[-1]).cycles[0]
     before = pool.tasks
     again = ray_engine.simulate_pairs(blocks, tables, bidx[:10], tidx[:10])  # the block list is shipped once

@@ -205,8 +205,8 @@ class Parameter:
 # Ivy Bridge's train split has no such block: it takes Haswell's.
 # Physical aliases: on BHive's one physical page a 4K alias is the store's own
 # bytes, read once the store has committed: the failed forward's penalty, best of 6
-# to 14 on Skylake's train blocks and Haswell's and Ivy Bridge's val (docs/model.md;
-# bench/mechanism_on_tables.py --mechanism physical_alias).
+# to 14 on Skylake's changed train blocks and on Haswell's and Ivy Bridge's val
+# (docs/model.md; bench/mechanism_on_tables.py --mechanism physical_alias).
 # Harness offset: BHive's figures are (L_a - L_b)/(a - b) for two unroll counts,
 # the minimum of repeated runs each (BHive's README, "Throughput Calculation"),
 # and they sit under the steady state by a constant: on the pipeline's train
@@ -265,9 +265,9 @@ MECHANISMS = (
     "bank_conflict",
     "partial_register",
 )
-# The mechanisms another needs on: bank conflicts, page walks, forwarded loads
-# and DTLB misses read the addresses the memory mechanism is given; a folded load's load is held in its load unit;
-# the complex decoder is the front end's.
+# The mechanisms another needs on: bank conflicts, page walks, forwarded loads, DTLB
+# misses and physical aliases read the addresses the memory mechanism is given; a
+# folded load's load is held in its load unit; the complex decoder is the front end's.
 REQUIRES: dict[str, tuple[str, ...]] = {
     "bank_conflict": ("memory",),
     "page_walk": ("memory",),

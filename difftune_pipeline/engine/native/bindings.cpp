@@ -122,7 +122,7 @@ NB_MODULE(_engine, m) {
             for (const auto &[It, In, Addr, Size, Store] : A) Out.push_back({It, In, Addr, Size, Store});
             return B.with_accesses(Out, Exact, OnePage);
           },
-          "accesses"_a, "exact"_a, "one_page"_a = false)
+          "accesses"_a, "exact"_a, "one_page"_a)
       .def_prop_ro("exact_accesses", &dt::Block::exact_accesses)
       .def_prop_ro("one_page_accesses", &dt::Block::one_page_accesses)
       .def_prop_ro("front_end", &dt::Block::front_end)

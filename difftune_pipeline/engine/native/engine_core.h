@@ -133,7 +133,8 @@ struct Block {
   // The same block with the addresses its loads and stores touch (the extended
   // model's memory dependencies); an empty list removes them. `exact`: real
   // addresses (4K aliasing is checked), not symbolic stand-ins.
-  Block with_accesses(const std::vector<Access> &accesses, bool exact, bool one_page = false) const;
+  // `one_page`: the harness backs every page with one physical page (physical_alias).
+  Block with_accesses(const std::vector<Access> &accesses, bool exact, bool one_page) const;
   bool exact_accesses() const;
   bool one_page_accesses() const;  // the addresses are a harness's that backs every page with one physical page
   std::vector<Access> accesses() const;

@@ -153,15 +153,18 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
         Forward |= Reads && Whole;
         Fail |= Reads && !Whole;
       }
-      const unsigned From = Fail       ? S->Fail
-                            : Physical ? S->Physical
-                            : Forward  ? S->Forward
-                            : Alias    ? S->Alias
-                                       : 0;
-      if (From && isValidGroupID(From)) {
-        getGroup(From).addSuccessor(&Group, true);
-        Feeds.push_back(From);
-      }
+      // A failed forward and a physical alias each hold the load until the store
+      // retires, by their own penalties; a forward or a 4K alias alone, by theirs.
+      const unsigned Waits[] = {Fail ? S->Fail : 0u, Physical ? S->Physical : 0u,
+                                Fail || Physical ? 0u
+                                : Forward        ? S->Forward
+                                : Alias          ? S->Alias
+                                                 : 0u};
+      for (const unsigned From : Waits)
+        if (From && isValidGroupID(From)) {
+          getGroup(From).addSuccessor(&Group, true);
+          Feeds.push_back(From);
+        }
     }
     if (const FoldedLoad *F = Folded.empty() ? nullptr : &Folded[IR.getSourceIndex() % BlockSize]; F && F->Cycles) {
       const unsigned S = standIn();
@@ -240,7 +243,7 @@ void MemoryUnit::schedule(unsigned Group, unsigned Delay, unsigned SourceIndex) 
 
 bool MemoryUnit::waitedFor(const Store &S) const {
   return isValidGroupID(S.Forward) || isValidGroupID(S.Alias) || isValidGroupID(S.Fail) ||
-         (S.Physical && isValidGroupID(S.Physical));
+         isValidGroupID(S.Physical);
 }
 
 unsigned MemoryUnit::oldestReferenced() const {

@@ -5,8 +5,9 @@
 // holds all the bytes the load reads there, or else after the store retires (a
 // failed forward); a load whose address only 4K-aliases an older store's waits too
 // (with physical_alias, on a harness that backs every page with one physical page,
-// as BHive's does, until the store retires: the alias is the store's own bytes
-// under another virtual address, which the store buffer does not forward). Nothing else
+// as BHive's does, until PhysicalDelay cycles after the store retires: the alias is
+// the store's own bytes under another virtual address, which the store buffer does
+// not forward). Nothing else
 // orders memory operations: a load waits for no store it does not touch, and
 // stores execute when their operands are ready (they commit in order anyway).
 // On Sandy and Ivy Bridge (bank_conflict) two loads of one L1 bank (address bits
