@@ -155,7 +155,7 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
       }
       // A failed forward and a physical alias each hold the load until the store
       // retires, by their own penalties; a forward or a 4K alias alone, by theirs.
-      const unsigned Waits[] = {Fail ? S->Fail : 0u, Physical ? S->Physical : 0u,
+      const unsigned Waits[] = {Fail ? S->Fail : 0u, Physical ? S->Alias : 0u,
                                 Fail || Physical ? 0u
                                 : Forward        ? S->Forward
                                 : Alias          ? S->Alias
@@ -175,7 +175,7 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
   }
   if (IS.getMayStore())
     Stores.push_back(
-        {G, standIn(), standIn(), standIn(), PhysicalAlias ? standIn() : 0, IR.getSourceIndex(), Mine});
+        {G, standIn(), standIn(), standIn(), IR.getSourceIndex(), Mine});
   if (WalkDelay && Map.Exact) {
     Walks.erase(std::remove_if(Walks.begin(), Walks.end(), [&](const Walk &W) { return !isValidGroupID(W.StandIn); }),
                 Walks.end());
@@ -191,7 +191,6 @@ void MemoryUnit::onInstructionIssued(const mca::InstRef &IR) {
   LSUnitBase::onInstructionIssued(IR);
   if (Store *S = storeOf(IR.getInstruction()->getLSUTokenID())) {
     for (unsigned G : {S->Forward, S->Alias, S->Fail}) getGroup(G).onInstructionIssued(IR);
-    if (S->Physical) getGroup(S->Physical).onInstructionIssued(IR);
     // forwarded once its data is ready: a store that loads nothing (a
     // register, an immediate) the cycle after it issues, whatever latency its
     // description gives it (a push's counts its stack update); a
@@ -222,7 +221,9 @@ void MemoryUnit::onInstructionExecuted(const mca::InstRef &IR) {
   if (!IR.getInstruction()->isMemOp()) return;
   const unsigned Token = IR.getInstruction()->getLSUTokenID();
   LSUnitBase::onInstructionExecuted(IR);
-  if (Store *S = storeOf(Token)) schedule(S->Alias, AliasDelay, IR.getSourceIndex());
+  // a 4K alias of another physical page is known once the store executes; on one
+  // physical page the alias is the store's own bytes, read after it retires
+  if (Store *S = storeOf(Token); S && !PhysicalAlias) schedule(S->Alias, AliasDelay, IR.getSourceIndex());
 }
 
 void MemoryUnit::onInstructionRetired(const mca::InstRef &IR) {
@@ -230,7 +231,7 @@ void MemoryUnit::onInstructionRetired(const mca::InstRef &IR) {
   LSUnitBase::onInstructionRetired(IR);
   if (Store *S = storeOf(Token)) {
     schedule(S->Fail, FailDelay, IR.getSourceIndex());
-    if (S->Physical) schedule(S->Physical, PhysicalDelay, IR.getSourceIndex());
+    if (PhysicalAlias) schedule(S->Alias, PhysicalDelay, IR.getSourceIndex());
   }
 }
 
@@ -242,8 +243,7 @@ void MemoryUnit::schedule(unsigned Group, unsigned Delay, unsigned SourceIndex) 
 }
 
 bool MemoryUnit::waitedFor(const Store &S) const {
-  return isValidGroupID(S.Forward) || isValidGroupID(S.Alias) || isValidGroupID(S.Fail) ||
-         isValidGroupID(S.Physical);
+  return isValidGroupID(S.Forward) || isValidGroupID(S.Alias) || isValidGroupID(S.Fail);
 }
 
 unsigned MemoryUnit::oldestReferenced() const {

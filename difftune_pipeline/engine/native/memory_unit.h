@@ -46,9 +46,9 @@ namespace dt {
 class MemoryUnit final : public llvm::mca::LSUnitBase {
   // A store in flight, and the stand-in groups through which loads wait for it:
   // each "executes" its delay after the store's data is ready (Alias: after it
-  // executes; Fail and Physical: after it retires).
+  // executes, or with PhysicalAlias after it retires; Fail: after it retires).
   struct Store {
-    unsigned Group = 0, Forward = 0, Alias = 0, Fail = 0, Physical = 0;  // its own group and its stand-ins
+    unsigned Group = 0, Forward = 0, Alias = 0, Fail = 0;  // its own group and its stand-ins
     unsigned SourceIndex = 0;
     std::vector<Access> Bytes;
   };
