@@ -1,6 +1,8 @@
 // Blocks: machine code decoded (or assembly parsed) into MCInsts, with each
 // instruction's printed text, parameter-row key and operands.
+#include "dtlb_miss.h"
 #include "engine_impl.h"
+#include "forwarded_load.h"
 #include "front_end.h"
 #include "partial_register.h"
 #include "pointer_chasing.h"
@@ -272,6 +274,8 @@ Block Block::with_accesses(const std::vector<Access> &accesses, bool exact, bool
   M->ByInstr.assign(impl->Insts.size(), std::vector<std::vector<Access>>(Iterations));
   for (const Access &A : M->All) M->ByInstr[A.instr][A.iteration].push_back(A);
   B->Memory = M;
+  M->Forwarded = forwardedLoads(*impl->Engine, *B);
+  M->DtlbMissed = dtlbMisses(*impl->Engine, *B);
   return Block{B};
 }
 

@@ -101,10 +101,11 @@ std::vector<bool> dtlbMisses(const EngineImpl &E, const BlockImpl &B) {
   return Out;
 }
 
-void timeDtlbMisses(const EngineImpl &E, const BlockImpl &B, SmallVectorImpl<std::unique_ptr<mca::Instruction>> &Lowered,
+void timeDtlbMisses(const BlockImpl &B, SmallVectorImpl<std::unique_ptr<mca::Instruction>> &Lowered,
                     const Globals &G, std::vector<std::unique_ptr<mca::WriteDescriptor>> &Owned) {
   const unsigned Penalty = G.param("dtlb_miss_latency");
-  const std::vector<bool> Misses = dtlbMisses(E, B);
+  if (!B.Memory) return;
+  const std::vector<bool> &Misses = B.Memory->DtlbMissed;
   for (size_t I = 0; I < Misses.size(); ++I)
     if (Misses[I]) retimeWrites(B.Insts[I], *Lowered[I], [&](unsigned L) { return L + Penalty; }, Owned);
 }

@@ -25,9 +25,9 @@ namespace dt {
 std::vector<bool> dtlbMisses(const EngineImpl &E, const BlockImpl &B);
 
 // Adds the table's dtlb_miss_latency to every register write of each such
-// instruction of Lowered. The new descriptors are kept in Owned, which must
+// instruction of Lowered (as B's memory map recorded them when its addresses were attached). The new descriptors are kept in Owned, which must
 // outlive the simulation.
-void timeDtlbMisses(const EngineImpl &E, const BlockImpl &B, llvm::SmallVectorImpl<std::unique_ptr<llvm::mca::Instruction>> &Lowered,
+void timeDtlbMisses(const BlockImpl &B, llvm::SmallVectorImpl<std::unique_ptr<llvm::mca::Instruction>> &Lowered,
                     const Globals &G, std::vector<std::unique_ptr<llvm::mca::WriteDescriptor>> &Owned);
 
 }  // namespace dt

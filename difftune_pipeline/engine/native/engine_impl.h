@@ -130,6 +130,10 @@ struct MemoryMap {
   bool OnePage = false;     // every virtual page backed by one physical page (BHive's harness)
   std::vector<Access> All;  // as given, sorted by (iteration, instruction)
   std::vector<std::vector<std::vector<Access>>> ByInstr;  // [instruction][iteration] -> accesses
+  // What the addresses decide per instruction, whatever the table: computed once
+  // when they are attached (Block::with_accesses), read by every simulation.
+  std::vector<bool> Forwarded;   // a plain load the store buffer serves (forwarded_load)
+  std::vector<bool> DtlbMissed;  // a load that misses the first-level DTLB (dtlb_miss)
 };
 
 // Whether two byte ranges share a byte; whether one access holds all of another's bytes.

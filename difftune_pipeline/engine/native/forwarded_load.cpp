@@ -53,11 +53,12 @@ std::vector<bool> forwardedLoads(const EngineImpl &E, const BlockImpl &B) {
   return Out;
 }
 
-void timeForwardedLoads(const EngineImpl &E, const BlockImpl &B,
+void timeForwardedLoads(const BlockImpl &B,
                         SmallVectorImpl<std::unique_ptr<mca::Instruction>> &Lowered, const Globals &G,
                         std::vector<std::unique_ptr<mca::WriteDescriptor>> &Owned) {
   const unsigned Latency = G.param("forwarded_load_latency");
-  const std::vector<bool> Forwarded = forwardedLoads(E, B);
+  if (!B.Memory) return;
+  const std::vector<bool> &Forwarded = B.Memory->Forwarded;
   for (size_t I = 0; I < Forwarded.size(); ++I)
     if (Forwarded[I]) retimeWrites(B.Insts[I], *Lowered[I], [&](unsigned) { return Latency; }, Owned);
 }

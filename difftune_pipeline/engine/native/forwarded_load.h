@@ -22,10 +22,11 @@ namespace dt {
 // recorded), looking back one iteration around the loop.
 std::vector<bool> forwardedLoads(const EngineImpl &E, const BlockImpl &B);
 
-// Sets every register write of each such instruction of Lowered to the
-// table's forwarded_load_latency cycles. The new descriptors are kept in Owned,
+// Sets every register write of each such instruction of Lowered (as B's memory
+// map recorded them when its addresses were attached) to the table's
+// forwarded_load_latency cycles. The new descriptors are kept in Owned,
 // which must outlive the simulation.
-void timeForwardedLoads(const EngineImpl &E, const BlockImpl &B,
+void timeForwardedLoads(const BlockImpl &B,
                         llvm::SmallVectorImpl<std::unique_ptr<llvm::mca::Instruction>> &Lowered, const Globals &G,
                         std::vector<std::unique_ptr<llvm::mca::WriteDescriptor>> &Owned);
 

@@ -167,8 +167,8 @@ Simulated simulateOne(const EngineImpl &E, const BlockImpl &B, const TableImpl &
     if (G.on("partial_register")) mergePartialWrites(E, Lowered, MergeReads);
     if (G.on("output_dependency")) readDestinations(E, B, Lowered, MergeReads);
     if (G.on("pointer_chasing")) shortenPointerChases(E, B, Lowered, G, SyncedWrites);
-    if (G.on("forwarded_load")) timeForwardedLoads(E, B, Lowered, G, SyncedWrites);
-    if (G.on("dtlb_miss")) timeDtlbMisses(E, B, Lowered, G, SyncedWrites);
+    if (G.on("forwarded_load")) timeForwardedLoads(B, Lowered, G, SyncedWrites);
+    if (G.on("dtlb_miss")) timeDtlbMisses(B, Lowered, G, SyncedWrites);
     for (size_t I = 0; I < Sync.size(); ++I) Facts[I].SyncUops = Sync[I];
     const std::vector<int> Drains = serialisingDrains(E, B, G);
     for (size_t I = 0; I < Drains.size(); ++I)
