@@ -107,6 +107,22 @@ def test_complex_instructions_need_the_first_decoder(haswell, base):
     assert cycles(haswell, asm, model(base, ("front_end",), simple_decoder_uops=2)) < 0.6 * one
 
 
+def test_unlamination_comes_after_the_decoders(haswell, base):
+    """`cmpq 24(%rcx,%rax,8), %rdx` unlaminates at issue (two fused µops: an
+    indexed load whose destination is no source) but the decoders see one µop:
+    any decoder takes it, two an iteration a cycle at width 4 (BHive: 0.50 cycles
+    an iteration on Haswell); taken as two at decode it would need the first
+    decoder, one a cycle. Sandy and Ivy Bridge unlaminate every indexed load."""
+    indexed, plain = "cmpq 24(%rcx,%rax,8), %rdx", "cmpq 24(%rcx), %rdx"
+    front = model(base, ("front_end",))
+    assert steady(haswell, indexed, front) == 50.0
+    narrow = model(base, ("front_end",), issue_width=2)  # issue bounds the two fused µops, not the one
+    assert (steady(haswell, indexed, narrow), steady(haswell, plain, narrow)) == (100.0, 50.0)
+    ivy = Engine("ivybridge")
+    ivy_front = ivy.default_table([ivy.parse_asm(indexed)]).with_model(("front_end",))
+    assert steady(ivy, indexed, ivy_front) == 50.0
+
+
 def test_macro_fusion_of_cmp_and_jcc(haswell, base):
     front = model(base, ("front_end",), predecode_width=16)  # issue, not the predecoder, bounds the pair
     fused = "cmpq %rdx, %rsi\njne .L"

@@ -31,6 +31,7 @@ struct FrontEndInstr {
   unsigned Bytes = 1;          // its length in machine code
   unsigned OpcodeAt = 0;       // where its nominal opcode byte starts, past prefixes and escapes
   unsigned Fused = 1;          // fused-domain µops it issues as (0: macro-fused into the one before)
+  unsigned Decoded = 1;        // ... and the decoders see, before unlamination
   bool FusesWithNext = false;  // first half of a macro-fused pair: decoded with the next one
   bool LengthChanging = false; // a length-changing prefix: 66h with a 16-bit immediate (the predecoder stalls)
   bool NotLastDecoder = false; // before Skylake, one a jcc after it could fuse with (CMP, TEST, ...) avoids the last decoder
