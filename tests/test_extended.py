@@ -123,6 +123,19 @@ def test_unlamination_comes_after_the_decoders(haswell, base):
     assert steady(ivy, indexed, ivy_front) == 50.0
 
 
+def test_the_steady_state_is_not_read_off_a_filling_pipeline(haswell, base):
+    """`movq 96(%rdx), %rsi ; cmpq (%rsi), %r11`: two loads an iteration, one a
+    cycle, while the front end issues two iterations a cycle. As the scheduler
+    fills, iterations retire in a short repeating pattern faster than one a cycle
+    (a 32-iteration window read 91.67 cycles per 100 iterations off it); the
+    steady state is the rate BHive's difference of two unroll counts measures."""
+    table = model(base, ("front_end", "memory", "folded_load"), "bhive")
+    block = haswell.parse_asm("movq 96(%rdx), %rsi\ncmpq (%rsi), %r11")
+    block = harness.accesses(block, "bhive").attach(block)
+    runs = {n: haswell.simulate([block], table, iterations=n) for n in (100, 200)}
+    assert float(runs[100].steady[0]) == float(runs[200].cycles[0] - runs[100].cycles[0]) == 100.0
+
+
 def test_macro_fusion_of_cmp_and_jcc(haswell, base):
     front = model(base, ("front_end",), predecode_width=16)  # issue, not the predecoder, bounds the pair
     fused = "cmpq %rdx, %rsi\njne .L"

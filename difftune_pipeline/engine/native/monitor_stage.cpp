@@ -8,11 +8,11 @@ using namespace llvm;
 
 namespace dt {
 
-// The smallest period P such that the last max(kWindow, Repeats * P)
+// The smallest period P such that the last max(MinWindow, Repeats * P)
 // per-iteration increments of the first K iterations repeat with it; 0 when none does.
-size_t MonitorStage::period(size_t K, size_t Repeats) const {
+size_t MonitorStage::period(size_t K, size_t Repeats, size_t MinWindow) const {
   for (size_t P = 1; P <= kMaxPeriod; ++P) {
-    const size_t Window = std::max(kWindow, Repeats * P);
+    const size_t Window = std::max(MinWindow, Repeats * P);
     if (Window + P + 1 >= K) break;
     bool Periodic = true;
     for (size_t J = 0; J < Window && Periodic; ++J)
@@ -22,14 +22,14 @@ size_t MonitorStage::period(size_t K, size_t Repeats) const {
   return 0;
 }
 
-// Once the last max(kWindow, kSkipRepeats * P) per-iteration increments are
+// Once the last max(kFastWindow, kSkipRepeats * P) per-iteration increments are
 // periodic with some period P, the remaining iterations are taken to follow the
 // same pattern; a run that would then end past the cycle budget fails as it would
 // simulated to the end.
 void MonitorStage::detect() {
   const size_t K = Retired.size();
   if (K >= Iterations) return;
-  const size_t P = period(K, kSkipRepeats);
+  const size_t P = period(K, kSkipRepeats, kFastWindow);
   if (!P) return;
   PeriodAt = K, Period = P;
   const size_t Remaining = Iterations - K;
@@ -54,6 +54,11 @@ double MonitorStage::steady() const {
   }
   if (Retired.empty()) return 0.0;
   return 100.0 * (double)(Retired.back() + 1) / (double)Retired.size();
+}
+
+bool MonitorStage::settled() const {
+  const size_t K = Retired.size() > kDrain ? Retired.size() - kDrain : 0;
+  return Period || (K && period(K));
 }
 
 void MonitorStage::onEvent(const mca::HWInstructionEvent &E) {

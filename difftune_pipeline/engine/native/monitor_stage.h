@@ -16,7 +16,11 @@ namespace dt {
 // (opt-in) fast-forwards it once they repeat. It fails in cycleEnd: LLVM 14's
 // Pipeline overwrites errors returned from cycleStart.
 class MonitorStage final : public llvm::mca::Stage, public llvm::mca::HWEventListener {
-  static constexpr size_t kWindow = 32, kMaxPeriod = 16;
+  // The steady state's window: periods of up to 24 iterations, each seen twice,
+  // and a fill that retires in a short repeating pattern for a few dozen
+  // iterations is not taken for it. Fast-forward, which needs kSkipRepeats
+  // repeats anyway, trusts a shorter one.
+  static constexpr size_t kWindow = 48, kMaxPeriod = 24, kFastWindow = 32;
   // Iterations at the end of a run left out of its steady state: the last ones
   // retire with no younger instruction competing, which the drain shows.
   static constexpr size_t kDrain = 4;
@@ -37,7 +41,7 @@ class MonitorStage final : public llvm::mca::Stage, public llvm::mca::HWEventLis
   bool OverCap = false;  // fast-forward found the run would end past the cycle budget
 
   uint64_t delta(size_t I) const { return Retired[I] - Retired[I - 1]; }
-  size_t period(size_t K, size_t Repeats = 2) const;
+  size_t period(size_t K, size_t Repeats = 2, size_t MinWindow = kWindow) const;
   void detect();
 
  public:
@@ -47,6 +51,8 @@ class MonitorStage final : public llvm::mca::Stage, public llvm::mca::HWEventLis
   // Cycles per 100 iterations in steady state: over the period found, else the
   // average of the second half of the run (a run that never repeats).
   double steady() const;
+  // Whether the cycles between iterations repeated (else steady() is the second half's average).
+  bool settled() const;
   bool hasWorkToComplete() const override { return false; }
   bool isAvailable(const llvm::mca::InstRef &) const override { return true; }
   llvm::Error execute(llvm::mca::InstRef &) override { return llvm::ErrorSuccess(); }
