@@ -1,5 +1,6 @@
 """The steady state the engine reports (cycles per 100 iterations once the cycles
-between iterations repeat, from the same simulation as llvm-mca's Total Cycles)
+between iterations repeat, from the same simulation as llvm-mca's Total Cycles, or
+from one twice as long where that one never repeats)
 against BHive's own quantity computed the slow way: ``cycles(200) - cycles(100)``,
 the difference of two iteration counts, from the ``llvm-mca`` binary and from the
 engine; and its cost against a 100-iteration simulation, side by side in one run.
@@ -50,8 +51,8 @@ def main() -> None:
         print(f"{mcpu}: {ok.sum()} BHive blocks, llvm-mca's table and model, 2 threads")
         print(
             f"  cost: the steady state comes with the 100-iteration simulation that gives Total Cycles "
-            f"({t100:.2f} s, no second run); cycles(200) - cycles(100) takes {t100 + t200:.2f} s, "
-            f"{(t100 + t200) / t100:.2f}x"
+            f"({t100:.2f} s, with the runs that never repeat run again twice as long); "
+            f"cycles(200) - cycles(100) takes {t100 + t200:.2f} s, {(t100 + t200) / t100:.2f}x"
         )
         print(f"  steady state vs the engine's cycles(200) - cycles(100): {agreement(r100.steady[ok], difference[ok])}")
         k = min(args.binary, len(blocks))
