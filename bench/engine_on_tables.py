@@ -33,24 +33,38 @@ def main() -> None:
     for mcpu in args.mcpu:
         engine = Engine(mcpu)
         splits = Splits(engine, args.warehouse, mcpu, "bhive")
-        table = tables.load_table(args.warehouse, tables.latest_learned(args.warehouse, mcpu))
+        learned = tables.latest_learned(args.warehouse, mcpu)
+        if learned is None:
+            print(f"{mcpu}: no learned table in {args.warehouse}")
+            continue
+        table = tables.load_table(args.warehouse, learned)
         for split in SPLITS:
-            measured = splits.measured[split]
+            key, measured = f"{mcpu}/{split}", splits.measured[split]
             predicted = engine.simulate(splits.blocks[split], table).predicted("steady")
-            kept[f"{mcpu}/{split}"] = predicted
+            kept[key], kept[f"{key}/blocks"] = predicted, np.array(["".join(b.encoding) for b in splits.blocks[split]])
+            ok = np.isfinite(predicted)
             error = np.abs(predicted - measured) / measured
             print(
-                f"{mcpu} {split}: {len(measured)} blocks, MAPE {100 * np.nanmean(error):.3f}%, "
-                f"tau {kendall_tau(predicted, measured):.4f}, >20% off {100 * np.nanmean(error > 0.2):.2f}%"
+                f"{mcpu} {split} ({learned}): {ok.sum()} blocks simulated, {(~ok).sum()} failed; "
+                f"MAPE {100 * error[ok].mean():.3f}%, tau {kendall_tau(predicted[ok], measured[ok]):.4f}, "
+                f">20% off {100 * (error[ok] > 0.2).mean():.2f}%"
             )
-            if f"{mcpu}/{split}" in before:
-                was = before[f"{mcpu}/{split}"]
-                moved = np.abs(predicted - was) > 0.5
+            if key in before:
+                if not np.array_equal(before[f"{key}/blocks"], kept[f"{key}/blocks"]):
+                    raise SystemExit(f"--against holds other {key} blocks: not the same warehouse")
+                was = before[key]
+                both = ok & np.isfinite(was)
+                moved = both & (np.abs(predicted - was) > 0.5)
                 error_was = np.abs(was - measured) / measured
                 print(
                     f"  against --against: {moved.sum()} blocks moved, {(moved & (error < error_was)).sum()} closer, "
-                    f"{(moved & (error > error_was)).sum()} further; MAPE there "
-                    f"{100 * np.nanmean(error_was[moved]):.1f}% -> {100 * np.nanmean(error[moved]):.1f}%"
+                    f"{(moved & (error > error_was)).sum()} further"
+                    + (
+                        f"; MAPE there {100 * error_was[moved].mean():.1f}% -> {100 * error[moved].mean():.1f}%"
+                        if moved.any()
+                        else ""
+                    )
+                    + f"; {(ok != np.isfinite(was)).sum()} failed in one checkout only"
                 )
     if args.save:
         np.savez(args.save, **kept)

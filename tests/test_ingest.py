@@ -238,6 +238,27 @@ def test_simulations_of_an_older_warehouse_are_simulated_again(warehouse):
     assert _count(warehouse, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'simulations'") == 0
 
 
+def test_steady_states_of_an_older_engine_are_simulated_again(warehouse):
+    """The engine before read the steady state another way, under llvm-mca's own
+    model too (whose table ids do not change with the engine): a warehouse it left
+    forgets its simulation chunks (their files removed), predictions and evaluations."""
+    con = store.connect(warehouse)
+    settled = schema.MIGRATIONS.index(data_migrations.settled_steady_state)
+    con.execute("DELETE FROM schema_version WHERE version > ?", [settled])
+    chunk = warehouse.parent / "simulations" / "old.parquet"
+    chunk.parent.mkdir(exist_ok=True)
+    chunk.write_bytes(b"stale")
+    con.execute(
+        "INSERT INTO simulation_chunks VALUES ('k', 'haswell', 'llvm-mca-haswell', 100, 'shard-0', "
+        "'simulations/old.parquet', 1, 0, 5, 'x', now())"
+    )
+    con.execute("INSERT INTO predictions VALUES ('llvm-mca-haswell', 'b1', 100, 10, 'ok', 9.0)")
+    con.close()
+    assert _count(warehouse, "SELECT count(*) FROM simulation_chunks") == 0
+    assert _count(warehouse, "SELECT count(*) FROM predictions") == 0
+    assert not chunk.exists()
+
+
 def _lines_of(rows: int) -> str:
     sample = (SAMPLE / "bhive_hsw_sample.csv").read_text().splitlines()
     return "\n".join(sample[:rows] + ["zz,1", "4801d8"]) + "\n"

@@ -76,14 +76,7 @@ def steady_state(con: duckdb.DuckDBPyConnection, db: Path) -> None:
     is derived data: the chunks' files are removed and their records forgotten (their
     shards simulate them again), and predictions and evaluations are computed again by
     the next evaluation; an evaluation row now names the measure it scored."""
-    if con.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = 'simulation_chunks'").fetchall():
-        for (file,) in con.execute("SELECT file FROM simulation_chunks").fetchall():
-            fs, path = filesystem(resolve(db, file))
-            try:
-                fs.delete_file(path)
-            except FileNotFoundError:
-                pass
-        con.execute("DELETE FROM simulation_chunks")
+    _forget_simulations(con, db)
     con.execute(
         """
         DELETE FROM predictions;
@@ -108,3 +101,26 @@ def steady_state(con: duckdb.DuckDBPyConnection, db: Path) -> None:
         ALTER TABLE comparisons ADD COLUMN IF NOT EXISTS test_worse_share DOUBLE;
         """
     )
+
+
+def settled_steady_state(con: duckdb.DuckDBPyConnection, db: Path) -> None:
+    """The engine reads the steady state over a longer window and runs a block that
+    never repeats again, longer (docs/model.md): the steady states stored before are
+    an older engine's, also under llvm-mca's own model, whose table ids do not name
+    the engine's revision. Derived data, forgotten as ``steady_state`` forgets it:
+    the shards simulate again, and the next evaluation predicts and scores again."""
+    _forget_simulations(con, db)
+    con.execute("DELETE FROM predictions; DELETE FROM evaluations")
+
+
+def _forget_simulations(con: duckdb.DuckDBPyConnection, db: Path) -> None:
+    """Removes every simulation chunk's file and forgets its record."""
+    if not con.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = 'simulation_chunks'").fetchall():
+        return
+    for (file,) in con.execute("SELECT file FROM simulation_chunks").fetchall():
+        fs, path = filesystem(resolve(db, file))
+        try:
+            fs.delete_file(path)
+        except FileNotFoundError:
+            pass
+    con.execute("DELETE FROM simulation_chunks")

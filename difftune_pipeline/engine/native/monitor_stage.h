@@ -30,13 +30,14 @@ class MonitorStage final : public llvm::mca::Stage, public llvm::mca::HWEventLis
   static constexpr size_t kSkipRepeats = 4;
   // A run simulated to the end finds its steady state with two repeats: within kWindow.
   static_assert(2 * kMaxPeriod <= kWindow, "the steady state's window must hold two periods");
+  static_assert(kFastWindow <= kWindow, "fast-forward's window is no longer than the steady state's");
   const uint64_t Cap;
   const unsigned BlockSize, Iterations;
   const bool FastForward;
   uint64_t Cycles = 0;
   std::vector<uint64_t> Retired;  // cycle in which each iteration's last instruction retired
 
-  // The repeating cycles found: in the last max(kWindow, kSkipRepeats * Period) of the first PeriodAt iterations.
+  // The repeating cycles found: in the last max(kFastWindow, kSkipRepeats * Period) of the first PeriodAt iterations.
   size_t PeriodAt = 0, Period = 0;
   bool OverCap = false;  // fast-forward found the run would end past the cycle budget
 

@@ -24,6 +24,7 @@
 #include "llvm/MCA/Stages/RetireStage.h"
 
 #include <atomic>
+#include <climits>
 #include <cmath>
 #include <thread>
 
@@ -219,14 +220,17 @@ Simulated runOnce(const EngineImpl &E, const BlockImpl &B, const TableImpl &T,
 // Runs the block; a run whose cycles between iterations never repeated (a fill
 // still going on, a page walk every few dozen iterations) takes its steady state
 // from a run kSettleRuns times as long, as BHive's two unroll counts would
-// average it: its Total Cycles stay the requested run's.
+// average it: its Total Cycles stay the requested run's. Not when that run would
+// pass the cycle cap (the cap bounds a pair's work), nor past the iterations an
+// unsigned counts.
 constexpr unsigned kSettleRuns = 2;
 Simulated simulateOne(const EngineImpl &E, const BlockImpl &B, const TableImpl &T,
                       unsigned Iterations, uint64_t Cap, bool FastForward,
                       Trace *Recorded = nullptr, unsigned Shown = 0) {
   Simulated R = runOnce(E, B, T, Iterations, Cap, FastForward, Recorded, Shown);
   if (R.Settled || R.Status != "ok") return R;
-  const Simulated Longer = runOnce(E, B, T, kSettleRuns * Iterations, kSettleRuns * Cap, FastForward);
+  if ((uint64_t)R.Cycles > Cap / kSettleRuns || Iterations > UINT_MAX / kSettleRuns) return R;
+  const Simulated Longer = runOnce(E, B, T, kSettleRuns * Iterations, Cap, FastForward);
   if (Longer.Status == "ok") R.Steady = Longer.Steady;
   return R;
 }
