@@ -115,7 +115,11 @@ def _against_direct(rows: list[dict]) -> None:
     base, direct, gradient = by[rows[0]["tuner"]], by.get(ROWS["direct"]), by.get(ROWS["surrogate"])
     for split in ("val", "test") if gradient and direct else ():
         gained, searched = (base[f"{split}_pct"] - r[f"{split}_pct"] for r in (gradient, direct))
-        share = f"{100 * gained / searched:.0f}% of the direct search's {searched:.2f}"
+        share = (
+            f"{100 * gained / searched:.0f}% of the direct search's {searched:.2f}"
+            if searched > 0
+            else f"where the direct search gains none ({searched:+.2f})"
+        )
         print(f"the gradient alone gains {gained:.2f} points of {split}, {share}")
     for r in rows:
         if not r["tuner"].startswith(COMPOSITION):
