@@ -41,24 +41,19 @@ void MonitorStage::detect() {
     Extrapolated = Last + 1;
 }
 
-double MonitorStage::steady() const {
+MonitorStage::Steady MonitorStage::steady() const {
   size_t K = PeriodAt, P = Period;
   if (!P) {
     K = Retired.size() > kDrain ? Retired.size() - kDrain : 0;
     P = K ? period(K) : 0;
   }
-  if (P) return 100.0 * (double)(Retired[K - 1] - Retired[K - 1 - P]) / (double)P;
+  if (P) return {100.0 * (double)(Retired[K - 1] - Retired[K - 1 - P]) / (double)P, true};
   if (K >= 4) {  // no repeat: the second half's average
     const size_t H = K / 2;
-    return 100.0 * (double)(Retired[K - 1] - Retired[H - 1]) / (double)(K - H);
+    return {100.0 * (double)(Retired[K - 1] - Retired[H - 1]) / (double)(K - H), false};
   }
-  if (Retired.empty()) return 0.0;
-  return 100.0 * (double)(Retired.back() + 1) / (double)Retired.size();
-}
-
-bool MonitorStage::settled() const {
-  const size_t K = Retired.size() > kDrain ? Retired.size() - kDrain : 0;
-  return Period || (K && period(K));
+  if (Retired.empty()) return {0.0, false};
+  return {100.0 * (double)(Retired.back() + 1) / (double)Retired.size(), false};
 }
 
 void MonitorStage::onEvent(const mca::HWInstructionEvent &E) {

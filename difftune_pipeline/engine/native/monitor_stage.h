@@ -50,10 +50,12 @@ class MonitorStage final : public llvm::mca::Stage, public llvm::mca::HWEventLis
   MonitorStage(uint64_t Cap, unsigned BlockSize, unsigned Iterations, bool FastForward)
       : Cap(Cap), BlockSize(BlockSize), Iterations(Iterations), FastForward(FastForward) {}
   // Cycles per 100 iterations in steady state: over the period found, else the
-  // average of the second half of the run (a run that never repeats).
-  double steady() const;
-  // Whether the cycles between iterations repeated (else steady() is the second half's average).
-  bool settled() const;
+  // average of the second half of the run (a run that never repeats: not Repeated).
+  struct Steady {
+    double PerHundred;
+    bool Repeated;
+  };
+  Steady steady() const;
   bool hasWorkToComplete() const override { return false; }
   bool isAvailable(const llvm::mca::InstRef &) const override { return true; }
   llvm::Error execute(llvm::mca::InstRef &) override { return llvm::ErrorSuccess(); }

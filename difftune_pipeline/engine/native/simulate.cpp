@@ -211,10 +211,11 @@ Simulated runOnce(const EngineImpl &E, const BlockImpl &B, const TableImpl &T,
   const int Offset = Extended && G.on("harness_offset") ? G.param("harness_offset_cycles") : 0;
   if (!Cycles) {
     std::string Why = errorText(Cycles.takeError());
-    if (M.Extrapolated >= 0) return {M.Extrapolated, M.steady() - Offset, "ok"};
+    if (M.Extrapolated >= 0) return {M.Extrapolated, M.steady().PerHundred - Offset, "ok"};
     return {-1, NAN, Why};
   }
-  return {(int64_t)*Cycles, M.steady() - Offset, "ok", M.settled()};
+  const MonitorStage::Steady Measured = M.steady();
+  return {(int64_t)*Cycles, Measured.PerHundred - Offset, "ok", Measured.Repeated};
 }
 
 // Runs the block; a run whose cycles between iterations never repeated (a fill
