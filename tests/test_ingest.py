@@ -1,5 +1,9 @@
 """Ingestion: every row accounted for, bad rows quarantined with reasons, idempotent."""
 
+import subprocess
+import sys
+
+import duckdb
 import polars as pl
 import pytest
 
@@ -238,25 +242,67 @@ def test_simulations_of_an_older_warehouse_are_simulated_again(warehouse):
     assert _count(warehouse, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'simulations'") == 0
 
 
-def test_steady_states_of_an_older_engine_are_simulated_again(warehouse):
-    """The engine before read the steady state another way, under llvm-mca's own
-    model too (whose table ids do not change with the engine): a warehouse it left
-    forgets its simulation chunks (their files removed), predictions and evaluations."""
+def _left_by_the_engine_before(warehouse, chunks: int) -> list:
+    """The warehouse as the engine before left it: its steady-state migration not
+    run, ``chunks`` simulation chunks recorded with their files, a prediction and a
+    comparison; the chunks' files."""
     con = store.connect(warehouse)
     settled = schema.MIGRATIONS.index(data_migrations.settled_steady_state)
     con.execute("DELETE FROM schema_version WHERE version > ?", [settled])
-    chunk = warehouse.parent / "simulations" / "old.parquet"
-    chunk.parent.mkdir(exist_ok=True)
-    chunk.write_bytes(b"stale")
-    con.execute(
-        "INSERT INTO simulation_chunks VALUES ('k', 'haswell', 'llvm-mca-haswell', 100, 'shard-0', "
-        "'simulations/old.parquet', 1, 0, 5, 'x', now())"
-    )
+    files = [warehouse.parent / "simulations" / f"old{i}.parquet" for i in range(chunks)]
+    files[0].parent.mkdir(exist_ok=True)
+    for i, file in enumerate(files):
+        file.write_bytes(b"stale")
+        con.execute(
+            f"INSERT INTO simulation_chunks VALUES ('k{i}', 'haswell', 'llvm-mca-haswell', 100, 'shard-0', "
+            f"'simulations/old{i}.parquet', 1, 0, 5, 'x', now())"
+        )
     con.execute("INSERT INTO predictions VALUES ('llvm-mca-haswell', 'b1', 100, 10, 'ok', 9.0)")
+    con.execute("INSERT INTO comparisons VALUES ('haswell', 'l', 'd', 'x', 'extended', now(), 'steady', 0.1)")
     con.close()
-    assert _count(warehouse, "SELECT count(*) FROM simulation_chunks") == 0
-    assert _count(warehouse, "SELECT count(*) FROM predictions") == 0
-    assert not chunk.exists()
+    return files
+
+
+def _forgotten(warehouse) -> bool:
+    return all(
+        _count(warehouse, f"SELECT count(*) FROM {table}") == 0
+        for table in ("simulation_chunks", "predictions", "comparisons")
+    )
+
+
+def test_steady_states_of_an_older_engine_are_simulated_again(warehouse):
+    """The engine before read the steady state another way, under llvm-mca's own
+    model too (whose table ids do not change with the engine): a warehouse it left
+    forgets its simulation chunks (their files removed), predictions, evaluations
+    and comparisons."""
+    files = _left_by_the_engine_before(warehouse, 1)
+    assert _forgotten(warehouse)
+    assert not files[0].exists()
+
+
+def test_a_migration_killed_between_files_and_records_completes_on_the_next_open(warehouse):
+    """A process that dies after removing some of the old chunks' files, before
+    its transaction commits, leaves the records and the version unrecorded; the
+    next process to open the warehouse (a fresh interpreter, as after a kill)
+    removes the rest and forgets the records: no record is left without its file."""
+    files = _left_by_the_engine_before(warehouse, 3)
+    dying = (
+        "import os, sys\n"
+        "from difftune_pipeline.warehouse import connection, data_migrations\n"
+        "forget = data_migrations._forget_simulations\n"
+        "def killed(con, db):\n"
+        "    os.remove(sys.argv[2])\n"
+        "    os._exit(9)\n"
+        "data_migrations._forget_simulations = killed\n"
+        "connection.connect(sys.argv[1])\n"
+    )
+    run = subprocess.run([sys.executable, "-c", dying, str(warehouse), str(files[1])], capture_output=True)
+    assert run.returncode == 9, run.stderr
+    assert not files[1].exists() and files[0].exists()
+    with duckdb.connect(str(warehouse), read_only=True) as raw:  # as the kill left it, before any migration
+        assert raw.execute("SELECT count(*) FROM simulation_chunks").fetchone()[0] == 3
+    assert _forgotten(warehouse)
+    assert not any(file.exists() for file in files)
 
 
 def _lines_of(rows: int) -> str:

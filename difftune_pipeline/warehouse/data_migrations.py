@@ -108,9 +108,12 @@ def settled_steady_state(con: duckdb.DuckDBPyConnection, db: Path) -> None:
     never repeats again, longer (docs/model.md): the steady states stored before are
     an older engine's, also under llvm-mca's own model, whose table ids do not name
     the engine's revision. Derived data, forgotten as ``steady_state`` forgets it:
-    the shards simulate again, and the next evaluation predicts and scores again."""
+    the shards simulate again, and the next evaluation predicts, scores and compares
+    again (``results`` shows nothing of the older engine meanwhile). Files go before
+    the records, in the migration's transaction: one that dies between leaves the
+    records and its version unrecorded, and the next open removes what is left."""
     _forget_simulations(con, db)
-    con.execute("DELETE FROM predictions; DELETE FROM evaluations")
+    con.execute("DELETE FROM predictions; DELETE FROM evaluations; DELETE FROM comparisons")
 
 
 def _forget_simulations(con: duckdb.DuckDBPyConnection, db: Path) -> None:
