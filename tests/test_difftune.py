@@ -377,6 +377,12 @@ def test_materialise_the_whole_graph_with_the_cli(smoke_run, tmp_path, monkeypat
     assert all(0 < haswell[t]["test_mape"] < 1 for t in ("llvm_mca", "default", "learned"))
     assert haswell["llvm_mca"]["test_mape"] > haswell["default"]["test_mape"]  # llvm-mca as shipped: the worst
     assert haswell["measure"] == "steady" and 0 <= haswell["test_worse_share"] < 0.05
+    spread = haswell["test_intervals"]  # bootstrap intervals around the figures, and learned less default
+    assert set(spread) == {"learned", "default", "learned - default"}
+    for table in ("learned", "default"):
+        (low, high), (tau_low, tau_high) = spread[table]["mape"], spread[table]["kendall_tau"]
+        assert low <= haswell[table]["test_mape"] <= high and tau_low <= haswell[table]["test_kendall_tau"] <= tau_high
+    assert re.search(r"haswell: learned \[\d+\.\d\d%, \d+\.\d\d%\] / τ \[0\.\d{3}, 0\.\d{3}\]", run.stdout)
     evals = store.query("SELECT DISTINCT table_id FROM evaluations", db)
     assert evals.height == 3
     with dg.DagsterInstance.get() as instance:

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from difftune_pipeline.cli.common import WarehouseOpt, app, print_json, user_errors
+from difftune_pipeline.model.metrics import intervals
 from difftune_pipeline.reporting.anatomy import OFF
 from difftune_pipeline.warehouse import DEFAULT_PATH, evaluation
 
@@ -29,6 +30,7 @@ LEGEND = (
     "τ: Kendall's rank correlation (higher is better). test: blocks never tuned on.",
     "steady: cycles per 100 iterations once fill and drain cancel, as BHive measures.",
     ">20pt worse: test blocks the learned table makes 20 points worse than default.",
+    "[low, high]: bootstrap 95% intervals over the test blocks (learned - default: paired).",
     "Below it: test blocks more than 20% off their measurement (default → learned),",
     "and test blocks 10x off every table, learned too (slices unexplained:…).",
 )
@@ -58,6 +60,8 @@ def show(db: Path, console: Console | None, uarchs: list[str] | None = None) -> 
     if console is not None:
         console.print(_table(summary))
         for e in summary:
+            if e["test_intervals"] is not None:
+                console.print(_intervals_line(e["uarch"], e["test_intervals"]), markup=False)
             if e["test_off_20_share"] is not None:
                 off = e["test_off_20_share"]
                 console.print(
@@ -65,7 +69,7 @@ def show(db: Path, console: Console | None, uarchs: list[str] | None = None) -> 
                     f" more than 20% off; {e['test_unexplained']} unexplained"
                 )
         for line in LEGEND:
-            console.print(line, style="dim")
+            console.print(line, style="dim", markup=False)
         console.print("Next:")
         for command, what in steps:
             console.print(f"  {what}:")
@@ -93,10 +97,11 @@ def _entry(row: dict) -> dict[str, Any]:
 
 
 def _tail(db: Path, row: dict) -> dict[str, Any]:
-    """The test blocks more than ``OFF`` (20%) off their measurement (share, per table) and
-    those in an ``unexplained:`` slice (count); None before an evaluation."""
+    """The test blocks more than ``OFF`` (20%) off their measurement (share, per table),
+    those in an ``unexplained:`` slice (count), and the bootstrap intervals of the default
+    and learned tables' figures and of their difference; None before an evaluation."""
     if row["learned_id"] is None:
-        return {"test_off_20_share": None, "test_unexplained": None}
+        return {"test_off_20_share": None, "test_unexplained": None, "test_intervals": None}
     from difftune_pipeline.reporting.compare import predicted_vs_measured
 
     ids = {name: row[f"{name}_id"] for name in TABLES}
@@ -106,10 +111,30 @@ def _tail(db: Path, row: dict) -> dict[str, Any]:
         for name in TABLES
     }
     unexplained = evaluation.block_slices(db, row["uarch"]).filter(pl.col("slice").str.starts_with("unexplained:"))
+    spread = intervals(
+        {name: predicted[name].cast(pl.Float64).fill_null(float("nan")).to_numpy() for name in ("learned", "default")},
+        predicted["measured"].to_numpy(),
+        pairs=(("learned", "default"),),
+    )
     return {
         "test_off_20_share": share,
         "test_unexplained": predicted.join(unexplained, on="block_id").height,
+        "test_intervals": {name: {k: list(v) for k, v in figures.items()} for name, figures in spread.items()},
     }
+
+
+def _intervals_line(uarch: str, spread: dict) -> str:
+    """One µarch's intervals: the learned table's MAPE and τ, and its differences from the default's."""
+
+    def pair(values, fmt: str, scale: float = 1.0) -> str:
+        low, high = (format(scale * v, fmt) for v in values)
+        return f"[{low}, {high}]"
+
+    learned, gain = spread["learned"], spread["learned - default"]
+    return (
+        f"{uarch}: learned {pair(learned['mape'], '.2%')} / τ {pair(learned['kendall_tau'], '.3f')};"
+        f" learned - default {pair(gain['mape'], '+.2f', 100)} points / τ {pair(gain['kendall_tau'], '+.4f')}"
+    )
 
 
 def _table(summary: list[dict]) -> Table:
