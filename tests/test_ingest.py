@@ -242,13 +242,13 @@ def test_simulations_of_an_older_warehouse_are_simulated_again(warehouse):
     assert _count(warehouse, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'simulations'") == 0
 
 
-def _left_by_the_engine_before(warehouse, chunks: int) -> list:
-    """The warehouse as the engine before left it: its steady-state migration not
-    run, ``chunks`` simulation chunks recorded with their files, a prediction and a
-    comparison; the chunks' files."""
+def _left_by_the_engine_before(warehouse, chunks: int, migration=data_migrations.settled_steady_state) -> list:
+    """The warehouse as the engine before left it: ``migration`` (and those after it)
+    not run, ``chunks`` simulation chunks recorded with their files, a prediction and
+    a comparison; the chunks' files."""
     con = store.connect(warehouse)
-    settled = schema.MIGRATIONS.index(data_migrations.settled_steady_state)
-    con.execute("DELETE FROM schema_version WHERE version > ?", [settled])
+    before = schema.MIGRATIONS.index(migration)
+    con.execute("DELETE FROM schema_version WHERE version > ?", [before])
     files = [warehouse.parent / "simulations" / f"old{i}.parquet" for i in range(chunks)]
     files[0].parent.mkdir(exist_ok=True)
     for i, file in enumerate(files):
@@ -270,14 +270,17 @@ def _forgotten(warehouse) -> bool:
     )
 
 
-def test_steady_states_of_an_older_engine_are_simulated_again(warehouse):
-    """The engine before read the steady state another way, under llvm-mca's own
-    model too (whose table ids do not change with the engine): a warehouse it left
+@pytest.mark.parametrize("migration", [data_migrations.settled_steady_state, data_migrations.canonical_zero_idioms])
+def test_simulations_of_an_older_engine_are_simulated_again(warehouse, migration):
+    """The engines before read the steady state another way, and took a zero idiom in
+    its other encoding for a dependent instruction, under llvm-mca's own model too
+    (whose table ids do not change with the engine): a warehouse one of them left
     forgets its simulation chunks (their files removed), predictions, evaluations
-    and comparisons."""
-    files = _left_by_the_engine_before(warehouse, 1)
+    and comparisons, and records the version."""
+    files = _left_by_the_engine_before(warehouse, 1, migration)
     assert _forgotten(warehouse)
     assert not files[0].exists()
+    assert _count(warehouse, "SELECT max(version) FROM schema_version") == len(schema.MIGRATIONS)
 
 
 def test_a_migration_killed_between_files_and_records_completes_on_the_next_open(warehouse):

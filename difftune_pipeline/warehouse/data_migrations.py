@@ -112,6 +112,22 @@ def settled_steady_state(con: duckdb.DuckDBPyConnection, db: Path) -> None:
     again (``results`` shows nothing of the older engine meanwhile). Files go before
     the records, in the migration's transaction: one that dies between leaves the
     records and its version unrecorded, and the next open removes what is left."""
+    _forget_derived(con, db)
+
+
+def canonical_zero_idioms(con: duckdb.DuckDBPyConnection, db: Path) -> None:
+    """The engine takes a zero idiom in its other encoding (``xorl %r13d, %r13d`` as
+    45 33 ed) for the idiom it is, as llvm-mca does on the block's text (blocks.cpp):
+    what was simulated before gave those blocks a chain through the cleared
+    register, under llvm-mca's own model too. Forgotten as ``settled_steady_state``
+    forgets it. The ``blocks`` table's ``opcodes`` keep the disassembler's names
+    (``XOR32rr_REV``): they are the bytes' own, and the engine reads no stored name."""
+    _forget_derived(con, db)
+
+
+def _forget_derived(con: duckdb.DuckDBPyConnection, db: Path) -> None:
+    """Forgets what an older engine derived: the simulation chunks (files first), the
+    predictions, evaluations and comparisons."""
     _forget_simulations(con, db)
     con.execute("DELETE FROM predictions; DELETE FROM evaluations; DELETE FROM comparisons")
 

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import duckdb
 
-from difftune_pipeline.warehouse.data_migrations import settled_steady_state, simulations_as_files, steady_state
+from difftune_pipeline.warehouse.data_migrations import (
+    canonical_zero_idioms,
+    settled_steady_state,
+    simulations_as_files,
+    steady_state,
+)
 
 # Each entry migrates the schema from version i to i + 1.
 MIGRATIONS: list[str | Callable[[duckdb.DuckDBPyConnection, Path], None]] = [
@@ -273,6 +278,7 @@ MIGRATIONS: list[str | Callable[[duckdb.DuckDBPyConnection, Path], None]] = [
     # the evaluation code that drew a µarch's slices: slices other code drew are drawn again
     "ALTER TABLE block_slices ADD COLUMN IF NOT EXISTS code_version VARCHAR",
     settled_steady_state,
+    canonical_zero_idioms,
 ]
 
 
