@@ -89,6 +89,37 @@ def test_blocks_no_table_explains_are_a_slice_and_x87_faults_are_not_among_them(
     assert _x87_faults(frame, blocks).rows() == [("fldz", "assist:x87")]
 
 
+def test_blocks_measured_under_any_tables_floor_are_a_slice():
+    """The floor: a one-cycle chain through `addq` (BHive: 0.48 cycles an iteration on
+    Haswell, flagged), four instructions at four a cycle (measured 0.24, flagged; 0.80,
+    not), two register moves (renamed away: only the issue width). On Zen+, whose
+    front end is not modelled, a lone zero idiom has no floor at all."""
+    from difftune_pipeline.engine import Engine
+    from difftune_pipeline.model.graph import throughput_floors
+    from difftune_pipeline.steps.evaluation import _below_floor
+
+    engine = Engine("haswell")
+    texts = (
+        "addq $8, %r15\ncmpq %r13, %r15",
+        "notq %r15\nleaq -1(%r14,%rbp), %rsi\nandq %r15, %rsi\nmovq %rbx, %rdi",
+        "notq %r15\nleaq -1(%r14,%rbp), %rsi\nandq %r15, %rsi\nmovq %rbx, %rdi",
+        "movq %rax, %rbx\nmovzbl %bl, %eax",
+        "xorl %eax, %eax",
+    )
+    blocks = [engine.parse_asm(t) for t in texts]
+    assert throughput_floors(blocks, 4).tolist() == [1.0, 1.0, 1.0, 0.5, 0.25]
+    frame = pl.DataFrame(
+        {"block_id": ["chain", "fast", "fine", "moves", "zero"], "cycles_per_100": [48.0, 24, 80, 40, 10]}
+    )
+    assert _below_floor(frame, blocks, "haswell").rows() == [
+        ("chain", "unexplained:below_floor"),
+        ("fast", "unexplained:below_floor"),
+        ("zero", "unexplained:below_floor"),
+    ]
+    zen = Engine("znver1")
+    assert _below_floor(frame[4:], [zen.parse_asm(texts[4])], "znver1").height == 0
+
+
 def test_the_anatomy_says_which_blocks_carry_the_error():
     """Two blocks 50% off carry 100 of 110 points of error; the eight within 20%
     (one 10% off, seven exact) carry the rest. Shares are of the whole error."""

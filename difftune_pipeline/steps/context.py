@@ -33,7 +33,7 @@ CODE_VERSIONS = {
     "simulations": "4",
     "surrogate": "17",
     "learned_params": "28",
-    "evaluation": "9",
+    "evaluation": "10",
 }
 
 # The settings each step reads (through the context's views too), beside its code:
