@@ -32,7 +32,7 @@ LEGEND = (
     ">20pt worse: test blocks the learned table makes 20 points worse than default.",
     "[low, high]: bootstrap 95% intervals over the test blocks (learned - default: paired).",
     "Below it: test blocks more than 20% off their measurement (default → learned),",
-    "and test blocks 10x off every table, learned too (slices unexplained:…).",
+    "and test blocks no table explains: 10x off every table, or under any table's floor.",
 )
 
 
