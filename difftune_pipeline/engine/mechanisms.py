@@ -286,6 +286,12 @@ REQUIRES: dict[str, tuple[str, ...]] = {
 REVISION = 15
 
 
+def issue_width(generation: str) -> int:
+    """Fused µops renamed a cycle by a core of ``generation`` (the front end's default):
+    the issue bound of the evaluation's throughput floor, a fact no table moves."""
+    return PARAMETERS["issue_width"].default_for(generation)
+
+
 def parameters_of(mechanism: str) -> tuple[str, ...]:
     """The globals ``mechanism`` adds, in declaration order."""
     return tuple(n for n, p in PARAMETERS.items() if p.mechanism == mechanism)

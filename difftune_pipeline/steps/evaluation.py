@@ -152,7 +152,7 @@ def _below_floor(frame: pl.DataFrame, listed: list, mcpu: str) -> pl.DataFrame:
     -1(%r14,%rbp), %rsi ; andq %r15, %rsi ; movq %rbx, %rdi` at 0.24 cycles an
     iteration on Haswell). Like the others, they stay in every figure."""
     modelled = "front_end" in extended.for_cpu(mcpu)  # the issue width is a fact of the cores it models
-    width = mechanisms.PARAMETERS["issue_width"].default_for(generations.of(mcpu).name) if modelled else None
+    width = mechanisms.issue_width(generations.of(mcpu).name) if modelled else None
     floors = throughput_floors(listed, width, extended.eliminable_moves(mcpu))
     below = frame["cycles_per_100"].to_numpy() < BELOW_FLOOR * 100 * floors
     return _slice(frame["block_id"].filter(pl.Series(below)).to_list(), "unexplained:below_floor")
