@@ -382,7 +382,7 @@ def test_materialise_the_whole_graph_with_the_cli(smoke_run, tmp_path, monkeypat
     for table in ("learned", "default"):
         (low, high), (tau_low, tau_high) = spread[table]["mape"], spread[table]["kendall_tau"]
         assert low <= haswell[table]["test_mape"] <= high and tau_low <= haswell[table]["test_kendall_tau"] <= tau_high
-    assert re.search(r"haswell: learned \[\d+\.\d\d%, \d+\.\d\d%\] / τ \[0\.\d{3}, 0\.\d{3}\]", run.stdout)
+    assert re.search(r"haswell 95%: learned \[\d+\.\d\d%, \d+\.\d\d%\] τ \[\.\d{3}, \.\d{3}\], vs default", run.stdout)
     evals = store.query("SELECT DISTINCT table_id FROM evaluations", db)
     assert evals.height == 3
     with dg.DagsterInstance.get() as instance:

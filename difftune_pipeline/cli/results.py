@@ -4,6 +4,7 @@ and where to go next."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -30,7 +31,6 @@ LEGEND = (
     "τ: Kendall's rank correlation (higher is better). test: blocks never tuned on.",
     "steady: cycles per 100 iterations once fill and drain cancel, as BHive measures.",
     ">20pt worse: test blocks the learned table makes 20 points worse than default.",
-    "[low, high]: bootstrap 95% intervals over the test blocks (learned - default: paired).",
     "Below it: test blocks more than 20% off their measurement (default → learned),",
     "and test blocks no table explains: 10x off every table, or under any table's floor.",
 )
@@ -124,16 +124,17 @@ def _tail(db: Path, row: dict) -> dict[str, Any]:
 
 
 def _intervals_line(uarch: str, spread: dict) -> str:
-    """One µarch's intervals: the learned table's MAPE and τ, and its differences from the default's."""
+    """One µarch's bootstrap 95% intervals in one line: the learned table's MAPE and τ,
+    and its differences from the default's over the same resamples."""
 
-    def pair(values, fmt: str, scale: float = 1.0) -> str:
-        low, high = (format(scale * v, fmt) for v in values)
-        return f"[{low}, {high}]"
+    def pair(values, fmt: str) -> str:
+        return "[" + ", ".join(re.sub(r"^([+-]?)0\.", r"\1.", format(v, fmt)) for v in values) + "]"
 
     learned, gain = spread["learned"], spread["learned - default"]
+    points = [100 * v for v in gain["mape"]]
     return (
-        f"{uarch}: learned {pair(learned['mape'], '.2%')} / τ {pair(learned['kendall_tau'], '.3f')};"
-        f" learned - default {pair(gain['mape'], '+.2f', 100)} points / τ {pair(gain['kendall_tau'], '+.4f')}"
+        f"{uarch} 95%: learned {pair(learned['mape'], '.2%')} τ {pair(learned['kendall_tau'], '.3f')},"
+        f" vs default {'[{:+.2f}, {:+.2f}]'.format(*points)} pt τ {pair(gain['kendall_tau'], '+.4f')}"
     )
 
 

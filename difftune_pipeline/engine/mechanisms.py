@@ -268,15 +268,8 @@ MECHANISMS = (
 # The mechanisms another needs on: bank conflicts, page walks, forwarded loads, DTLB
 # misses and physical aliases read the addresses the memory mechanism is given; a
 # folded load's load is held in its load unit; the complex decoder is the front end's.
-REQUIRES: dict[str, tuple[str, ...]] = {
-    "bank_conflict": ("memory",),
-    "page_walk": ("memory",),
-    "folded_load": ("memory",),
-    "forwarded_load": ("memory",),
-    "dtlb_miss": ("memory",),
-    "physical_alias": ("memory",),
-    "complex_decoder": ("front_end",),
-}
+_ON_ADDRESSES = ("bank_conflict", "page_walk", "folded_load", "forwarded_load", "dtlb_miss", "physical_alias")
+REQUIRES: dict[str, tuple[str, ...]] = {**dict.fromkeys(_ON_ADDRESSES, ("memory",)), "complex_decoder": ("front_end",)}
 # What the mechanisms simulate, versioned: a table's id and a parameter space's id
 # under the extended model name it, so that results stored by an engine whose
 # mechanisms simulated differently are never taken for this one's. Bump it with
@@ -287,8 +280,8 @@ REVISION = 15
 
 
 def issue_width(generation: str) -> int:
-    """Fused µops renamed a cycle by a core of ``generation`` (the front end's default):
-    the issue bound of the evaluation's throughput floor, a fact no table moves."""
+    """Fused µops a core of ``generation`` renames a cycle (the front end's default): the
+    issue bound of the evaluation's throughput floor, a fact no table moves."""
     return PARAMETERS["issue_width"].default_for(generation)
 
 

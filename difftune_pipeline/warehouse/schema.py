@@ -8,12 +8,7 @@ from pathlib import Path
 
 import duckdb
 
-from difftune_pipeline.warehouse.data_migrations import (
-    canonical_zero_idioms,
-    settled_steady_state,
-    simulations_as_files,
-    steady_state,
-)
+from difftune_pipeline.warehouse import data_migrations
 
 # Each entry migrates the schema from version i to i + 1.
 MIGRATIONS: list[str | Callable[[duckdb.DuckDBPyConnection, Path], None]] = [
@@ -233,8 +228,8 @@ MIGRATIONS: list[str | Callable[[duckdb.DuckDBPyConnection, Path], None]] = [
         PRIMARY KEY (uarch, block_id, slice)
     );
     """,
-    simulations_as_files,
-    steady_state,
+    data_migrations.simulations_as_files,
+    data_migrations.steady_state,
     """
     -- The front end's stall on a length-changing prefix: tables stored before it get
     -- its default (extended.py), so that they load again.
@@ -277,15 +272,14 @@ MIGRATIONS: list[str | Callable[[duckdb.DuckDBPyConnection, Path], None]] = [
     """,
     # the evaluation code that drew a µarch's slices: slices other code drew are drawn again
     "ALTER TABLE block_slices ADD COLUMN IF NOT EXISTS code_version VARCHAR",
-    settled_steady_state,
-    canonical_zero_idioms,
+    data_migrations.settled_steady_state,
+    data_migrations.canonical_zero_idioms,
 ]
 
 
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:
     con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-    rows = con.execute("SELECT max(version) FROM schema_version").fetchall()
-    return rows[0][0] or 0
+    return con.execute("SELECT max(version) FROM schema_version").fetchall()[0][0] or 0
 
 
 def migrate(con: duckdb.DuckDBPyConnection, db: Path) -> None:
