@@ -14,7 +14,7 @@ from scipy.stats import kendalltau
 # points): the evaluation's share of blocks made worse, and what pruning lets a row do.
 WORSE_POINTS = 0.20
 # Resamples behind a headline figure's interval (``intervals``): on a thousand test
-# blocks its ends move by up to .0005 of tau and .06 points of MAPE from one seed to
+# blocks its ends move by up to .001 of tau and .06 points of MAPE from one seed to
 # another (Haswell, Ivy Bridge and Skylake, seeds 0-2).
 BOOTSTRAP_INTERVAL_RESAMPLES = 1000
 
