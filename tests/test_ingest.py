@@ -292,7 +292,6 @@ def test_a_migration_killed_between_files_and_records_completes_on_the_next_open
     dying = (
         "import os, sys\n"
         "from difftune_pipeline.warehouse import connection, data_migrations\n"
-        "forget = data_migrations._forget_simulations\n"
         "def killed(con, db):\n"
         "    os.remove(sys.argv[2])\n"
         "    os._exit(9)\n"

@@ -255,13 +255,13 @@ def latency_bounds(
     return chain, ((starts[-1] - starts[half - 1]) / (UNROLL - half)).amax(1).clamp(min=0.0)
 
 
-def throughput_floors(blocks: list, issue_width: int | None, eliminable=frozenset()) -> np.ndarray:
+def throughput_floors(blocks: list, issue_width: int | None) -> np.ndarray:
     """The fewest cycles an iteration of each block (engine ``Block``) can take under
     any table, a measurement far below which no CPU, and so no simulator, explains:
     its instructions at ``issue_width`` a cycle (a branch counted with the instruction
     before it, as macro-fusion issues them; none without a width), and its loop-carried
-    register chain at one cycle an instruction, none for a register move (``eliminable``
-    and every other: MOVZX, MOVSX, ... as if renamed away), a zero idiom (it reads
+    register chain at one cycle an instruction, none for a register move (every one,
+    the eliminable ones and MOVZX, MOVSX, ... as if renamed away), a zero idiom (it reads
     nothing) or a stack operation's update (the stack engine's); memory dependences
     left out. BHive measures `addq $8, %r15 ; cmpq %r13, %r15` (a one-cycle chain) at
     0.48 cycles an iteration on Haswell."""
@@ -274,7 +274,7 @@ def throughput_floors(blocks: list, issue_width: int | None, eliminable=frozense
     counted = np.zeros(len(blocks))
     for b, block in enumerate(blocks):
         for i, opcode in enumerate(block.opcodes):
-            free = opcode.endswith("_PREFIX") or opcode in eliminable or bool(_REGISTER_MOVE.match(opcode))
+            free = opcode.endswith("_PREFIX") or bool(_REGISTER_MOVE.match(opcode))
             latency[b, i] = 0.0 if free else 1.0
             counted[b] += not opcode.endswith("_PREFIX") and not (i > 0 and opcode.startswith("JCC"))
     _, carried = latency_bounds(latency, torch.zeros_like(latency), batch)

@@ -153,7 +153,7 @@ def _below_floor(frame: pl.DataFrame, listed: list, mcpu: str) -> pl.DataFrame:
     iteration on Haswell). Like the others, they stay in every figure."""
     modelled = "front_end" in extended.for_cpu(mcpu)  # the issue width is a fact of the cores it models
     width = mechanisms.issue_width(generations.of(mcpu).name) if modelled else None
-    floors = throughput_floors(listed, width, extended.eliminable_moves(mcpu))
+    floors = throughput_floors(listed, width)
     below = frame["cycles_per_100"].to_numpy() < BELOW_FLOOR * 100 * floors
     return _slice(frame["block_id"].filter(pl.Series(below)).to_list(), "unexplained:below_floor")
 
