@@ -652,6 +652,25 @@ def test_move_elimination(haswell, base):
 
 
 @pytest.mark.parametrize("mcpu", ["haswell", "ivybridge", "skylake"])
+def test_a_renamed_move_keeps_the_value_it_copied_when_its_source_is_written_again(mcpu):
+    """`movq %rax, %rsi` renamed away makes RSI the value RAX held then: the chain
+    RSI → cmov → RSI stays when `movl $1, %eax` writes RAX again (BHive: 1.99 cycles
+    an iteration on Haswell). MCA's own elimination aliased RSI to the register RAX,
+    so the cmov read the new `movl`'s value and the chain vanished (0.99)."""
+    engine = Engine(mcpu)
+    table = engine.default_table()
+    on = model(table, ("move_elimination",))
+    block = "movl $1, %eax\ncmovneq %rsi, %rax\nmovq %rax, %rsi"
+    cmov = steady(engine, "cmovneq %rsi, %rsi", table)  # the cmov's latency, a chain of its own
+    assert steady(engine, block, on) == pytest.approx(cmov, abs=1.5)
+    # an imul between two moves, its source written again after each
+    chain = "movq %rbx, %rax\nimulq %rax, %rax\nmovq %rax, %rbx\nmovl $1, %eax"
+    alone = steady(engine, "imulq %rax, %rax", table)
+    assert steady(engine, chain, on) == pytest.approx(alone, abs=1.5)
+    assert steady(engine, chain, table) == pytest.approx(alone + 200, abs=1.5)  # each move a cycle
+
+
+@pytest.mark.parametrize("mcpu", ["haswell", "ivybridge", "skylake"])
 def test_an_eliminated_32_bit_move_starts_a_new_64_bit_value(mcpu):
     """``movl`` zero-extends: renamed away, the 64-bit register that later reads
     see is the move's source, not the last iteration's write of it."""

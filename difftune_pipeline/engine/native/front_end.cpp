@@ -273,7 +273,7 @@ bool FrontEndStage::hasWorkToComplete() const {
 // Decoding takes what was predecoded in earlier cycles (a cycle of front-end
 // latency); without the front-end mechanism an instruction issues when fetched.
 Error FrontEndStage::cycleStart() {
-  IssuedThisCycle = 0;
+  IssuedThisCycle = RenamedThisCycle = 0;
   if (P.Modelled) {
     decode();
     predecode();
@@ -307,7 +307,8 @@ void FrontEndStage::drain() {
 }
 
 // Fused µops leave the queue in order, IssueWidth per cycle (one wider than that
-// goes alone), as far as dispatch accepts them.
+// goes alone), as far as dispatch accepts them. A move renamed away past the
+// cycle's renames issues in the form that executes.
 bool FrontEndStage::isAvailable(const mca::InstRef &) const {
   if (Queue.empty()) return false;
   const mca::InstRef &IR = Queue.front();
@@ -320,6 +321,15 @@ Error FrontEndStage::execute(mca::InstRef &) {
   mca::InstRef IR = Queue.front();
   Queue.pop_front();
   if (facts(IR).Drain) DrainStarted = DrainOver = false;
+  if (const mca::Instruction *Executed = facts(IR).Executed) {
+    if (RenamedThisCycle < P.RenamesPerCycle) {
+      ++RenamedThisCycle;
+    } else {
+      std::unique_ptr<mca::Instruction> &Slot = Owned[IR.getSourceIndex() - FirstOwned];
+      Slot = std::make_unique<mca::Instruction>(*Executed);
+      IR = mca::InstRef(IR.getSourceIndex(), Slot.get());
+    }
+  }
   QueueUops -= cost(IR);
   IssuedThisCycle += cost(IR);
   return moveToTheNextStage(IR);

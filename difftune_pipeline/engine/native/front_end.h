@@ -39,11 +39,14 @@ struct FrontEndInstr {
   unsigned SyncUops = 0;       // stack-engine sync µops issued just before it
   bool Drain = false;          // issues once every older instruction has retired (serialising.h) ...
   unsigned DrainCycles = 0;    // ... and this many cycles more
+  const llvm::mca::Instruction *Executed = nullptr;  // a move renamed away: the form it executes in
+                                                     // when the cycle's renames are spent
 };
 
 struct FrontEndParams {
   unsigned PredecodeBytes, PredecodeWidth, Decoders, SimpleDecoderUops, QueueSize, IssueWidth, LcpPenalty;
   bool Modelled = true;  // false: only issue (the stack engine's sync µops), in the cycle an instruction is fetched
+  unsigned RenamesPerCycle = 0;  // moves renamed away a cycle (move_elimination.h)
 };
 
 class MemoryUnit;
@@ -90,6 +93,7 @@ class FrontEndStage final : public llvm::mca::Stage {
   unsigned QueueUops = 0;    // fused µops in Queue
   unsigned DecodeBusy = 0;   // cycles the decoders still spend on a microcoded instruction
   unsigned IssuedThisCycle = 0;
+  unsigned RenamedThisCycle = 0;
   unsigned DrainLeft = 0;    // cycles the instruction at the queue's head still waits after the drain
   bool DrainStarted = false, DrainOver = false;
 

@@ -128,7 +128,8 @@ std::unique_ptr<mca::Pipeline> extendedPipeline(mca::Context &Ctx, const MCSubta
     LSU = std::make_unique<mca::LSUnit>(SM, 0, 0, /*AssumeNoAlias=*/true);
   }
   auto HWS = std::make_unique<mca::Scheduler>(SM, *LSU);
-  const FrontEndParams P = frontEndParams(G, SM);
+  FrontEndParams P = frontEndParams(G, SM);
+  if (G.on("move_elimination")) P.RenamesPerCycle = renamesPerCycle(G);
   auto P0 = std::make_unique<mca::Pipeline>();
   P0->appendStage(std::make_unique<FrontEndStage>(S, std::move(Facts), P, Memory));
   P0->appendStage(std::make_unique<mca::DispatchStage>(STI, MRI, 0, *RCU, *PRF));
@@ -161,11 +162,15 @@ Simulated runOnce(const EngineImpl &E, const BlockImpl &B, const TableImpl &T,
   std::vector<FrontEndInstr> Facts;
   std::vector<std::unique_ptr<mca::WriteDescriptor>> SyncedWrites;  // outlive the pipeline below
   std::vector<std::unique_ptr<mca::ReadDescriptor>> MergeReads;     // the same
+  RenamedMoves Renamed;                                             // the same
   if (Extended) {
     const std::vector<unsigned> Sync = G.on("stack_engine") ? applyStackEngine(E, B, Lowered, G, SyncedWrites)
                                                             : std::vector<unsigned>();
     Facts = frontEndFacts(E, B, Lowered, G.on("front_end"), G.on("complex_decoder"));
-    if (G.on("move_elimination")) markEliminableMoves(E, B, Lowered);
+    if (G.on("move_elimination")) {
+      const std::vector<const mca::Instruction *> Executed = renameMoves(E, B, Lowered, Renamed);
+      for (size_t I = 0; I < Executed.size(); ++I) Facts[I].Executed = Executed[I];
+    }
     if (G.on("partial_register")) mergePartialWrites(E, Lowered, MergeReads);
     if (G.on("output_dependency")) readDestinations(E, B, Lowered, MergeReads);
     if (G.on("pointer_chasing")) shortenPointerChases(E, B, Lowered, G, SyncedWrites);

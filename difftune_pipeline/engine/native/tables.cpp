@@ -83,7 +83,7 @@ void applyGlobals(const EngineImpl &E, const Globals &G, const Globals &Default,
       T.EPI.ReorderBufferSize = G.micro_op_buffer_size;
     T.SM.ExtraProcessorInfo = &T.EPI;
   }
-  if (G.on("move_elimination")) describeMoveElimination(E, G, T);
+  if (G.on("move_elimination")) describeRenamedRegisters(E, T);
 }
 
 // The CPU's tables, plus a clone of every class: class C + NumClasses is what
