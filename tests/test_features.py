@@ -253,6 +253,37 @@ def test_a_slow_lea_is_bounded_as_the_engine_runs_it():
     assert found == [([3.0, 1.0], [3.0, 1.0]), ([1.0, 0.5], [1.0, 0.5]), ([5.0, 1.0], [5.0, 1.0])]
 
 
+def test_a_renamed_move_is_bounded_as_the_engine_runs_it(haswell):
+    """Under ``move_elimination`` the structured surrogate gives a move renamed away no
+    latency and no port, as the engine does: `movq %rax, %rsi` carries the cmov's chain
+    at the cmov's latency alone, and two moves back and forth cost only their issue
+    slots; without the mechanism, each move its row's cycle."""
+    blocks = [
+        haswell.parse_asm(a)
+        for a in ("movl $1, %eax\ncmovneq %rsi, %rax\nmovq %rax, %rsi", "movq %rax, %rbx\nmovq %rbx, %rax")
+    ]
+    keys = sorted({k for b in blocks for k in b.row_keys})
+    table = haswell.default_table(blocks).with_model(pipeline("haswell"))
+    renamed = table.with_model((*table.mechanisms, "move_elimination"))
+    found = []
+    for t in (renamed, table):
+        space = ParamSpace.create(keys, haswell, t)
+        surrogate = StructuredSurrogate.create(
+            keys, StructuredConfig(), blocks, haswell.resources(), space.globals, t.mechanisms
+        )
+        net = surrogate.build_model(None, None)
+        batch = surrogate.inputs(blocks).select(torch.tensor([0, 1]))
+        matrix, globals_ = (torch.tensor(a) for a in space.encode(t))
+        params = torch.cat([matrix, torch.zeros(1, matrix.shape[1])])[batch.rows]
+        b = bounds(params, globals_.expand(2, -1), batch, net.contain, net.names, net.slow_port)
+        engine = (haswell.simulate(blocks, t).predicted("steady") / 100).round(2).tolist()
+        found.append((b[:, 2].tolist(), engine))  # the loop-carried recurrence
+    (chains, engine), plain = found
+    cmov = engine[0]
+    assert chains == [cmov, 0.0] and engine[1] < 1.0  # the moves' issue slots, the front end's bytes
+    assert plain == ([cmov + 1, 2.0], [cmov + 1, 2.0])
+
+
 def model_with(table, **globals_):
     changed = table.copy()
     changed.globals.update(globals_)

@@ -68,6 +68,16 @@ def eliminable_moves(mcpu: str) -> frozenset[str]:
     return frozenset(_engine.eliminable_moves())
 
 
+def renamed_moves(block) -> list[bool]:
+    """Which of ``block``'s instructions ``move_elimination`` renames away: a move of
+    an eliminable opcode between two different registers (``move_elimination.cpp``)."""
+    moves = _engine.eliminable_moves()
+    return [
+        opcode in moves and len(op["reads"]) == 1 and op["writes"] != op["reads"]
+        for opcode, op in zip(block.opcodes, block.operands)
+    ]
+
+
 def harness_for(mcpu: str) -> str:
     """The harness model of the tool that measured ``mcpu``'s data: nanoBench's
     for Zen+ (AnICA's set), BHive's for the Intel CPUs."""

@@ -8,7 +8,8 @@ Per iteration a block needs at least
 - dispatch: its µops over the dispatch width;
 - its loop-carried recurrence: the register dependency graph unrolled over a
   few iterations with latencies (a pointer chase's load shortened by the fast
-  path's saving, a slow LEA's the mechanism's), less ReadAdvance on register operands, a
+  path's saving, a slow LEA's the mechanism's, a move renamed away none: no
+  port either, its µops still issue), less ReadAdvance on register operands, a
   max-plus recurrence (differentiable almost everywhere); under the extended
   model's memory mechanism, store→load edges (from the block's recorded
   accesses) cost the cycles until the store's data is ready (a plain store's
@@ -77,11 +78,13 @@ def bounds(
     ``globals_`` [B, G] in ``names`` order; ``slow_port`` [R] one-hot: the
     resource a slow LEA runs on (needed under ``slow_lea``)."""
     executes = 1.0 - batch.macro  # a macro-fused jcc executes in the µop before it (the engine eliminates it)
-    lat, uops = params[..., 0] * executes, params[..., 1]
+    # a move renamed away issues but executes nothing: no latency, no port
+    runs = executes * (1.0 - batch.renamed) if "moves_eliminated" in names else executes
+    lat, uops = params[..., 0] * runs, params[..., 1]
     if "pointer_chase_saving" in names:  # a pointer chase's load takes the short path
         lat = torch.relu(lat - batch.chase * globals_[:, names.index("pointer_chase_saving")].unsqueeze(-1))
     adv = params[..., 2 : 2 + READ_ADVANCE_SLOTS].amax(-1)
-    ports = params[..., 2 + READ_ADVANCE_SLOTS :] * executes.unsqueeze(-1)
+    ports = params[..., 2 + READ_ADVANCE_SLOTS :] * runs.unsqueeze(-1)
     if "slow_lea_latency" in names:  # a slow LEA: its latency, a cycle of its port
         if slow_port is None:
             raise ValueError("the bounds under slow_lea need slow_port, the resource a slow LEA runs on")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from difftune_pipeline.engine.extended import renamed_moves
 from difftune_pipeline.model.graph import (
     BatchGraph,
     BlockGraphs,
@@ -37,6 +38,7 @@ class Batch:
     macro: torch.Tensor  # [B, N] 1.0 where a jcc is fused into the instruction before it
     chase: torch.Tensor  # [B, N] 1.0 where a load takes the short path of a pointer chase
     slow: torch.Tensor  # [B, N] 1.0 where an LEA takes the slow path (under slow_lea)
+    renamed: torch.Tensor  # [B, N] 1.0 where a move is renamed away (under move_elimination)
     front: torch.Tensor  # [B, 3] bytes, decoded instructions, instructions
     drains: torch.Tensor  # [B, 3] instructions waiting for a zero-count shift's assist, locked ones, x87 faults
     walks: torch.Tensor  # [B] new pages reached an iteration (each a page walk)
@@ -54,6 +56,7 @@ class StructuredBlocks:
     macro: list[torch.Tensor]
     chase: list[torch.Tensor]
     slow: list[torch.Tensor]
+    renamed: list[torch.Tensor]
     front: torch.Tensor
     drains: torch.Tensor
     walks: torch.Tensor
@@ -66,9 +69,10 @@ class StructuredBlocks:
         stack operations); under ``partial_register`` a partial write reads what it
         merges into; under ``locked`` the lock prefix LLVM disassembles as an
         instruction of its own does not execute (the engine eliminates it); under
-        ``slow_lea`` an LEA of three components takes the slow path."""
+        ``slow_lea`` an LEA of three components takes the slow path; under
+        ``move_elimination`` a register move is renamed away."""
         memory, locked, slow_lea = "memory" in mechanisms, "locked" in mechanisms, "slow_lea" in mechanisms
-        rows, edges, static, micro, macro, chase, slow, front, drains, walks = [], [], [], [], [], [], [], [], [], []
+        rows, edges, static, micro, macro, chase, slow, renamed, front, drains, walks = ([] for _ in range(11))
         for block in blocks:
             ops = without_stack_updates(block.operands) if "stack_engine" in mechanisms else block.operands
             if "partial_register" in mechanisms:
@@ -86,6 +90,8 @@ class StructuredBlocks:
             macro.append(torch.tensor([float(f) for _, _, f in fe], dtype=torch.float32))
             chase.append(torch.tensor([float(o["pointer_chase"]) for o in ops], dtype=torch.float32))
             slow.append(torch.tensor([float(slow_lea and o["slow_lea"]) for o in ops], dtype=torch.float32))
+            moves = renamed_moves(block) if "move_elimination" in mechanisms else [False] * len(ops)
+            renamed.append(torch.tensor(moves, dtype=torch.float32))
             front.append([sum(b for b, _, _ in fe), len(fe) - sum(f for _, _, f in fe), len(fe)])
             serial = block.serialising
             drains.append([sum(column) for column in zip(*serial)] if serial else [0] * len(DRAINS))
@@ -108,6 +114,7 @@ class StructuredBlocks:
             macro,
             chase,
             slow,
+            renamed,
             torch.tensor(front, dtype=torch.float32).reshape(-1, 3),
             torch.tensor(drains, dtype=torch.float32).reshape(-1, len(DRAINS)),
             torch.tensor(walks, dtype=torch.float32),
@@ -117,13 +124,24 @@ class StructuredBlocks:
         idx = idx.tolist()
         graph = self.graphs.select(idx)
         rows = torch.full((len(idx), graph.width), -1, dtype=torch.long)
-        micro, macro, chase, slow = (torch.zeros(len(idx), graph.width) for _ in range(4))
+        micro, macro, chase, slow, renamed = (torch.zeros(len(idx), graph.width) for _ in range(5))
         for b, i in enumerate(idx):
             rows[b, : len(self.rows[i])] = self.rows[i]
             micro[b, : len(self.micro[i])] = self.micro[i]
             macro[b, : len(self.macro[i])] = self.macro[i]
             chase[b, : len(self.chase[i])] = self.chase[i]
             slow[b, : len(self.slow[i])] = self.slow[i]
+            renamed[b, : len(self.renamed[i])] = self.renamed[i]
         return Batch(
-            rows, graph, self.static[idx], micro, macro, chase, slow, self.front[idx], self.drains[idx], self.walks[idx]
+            rows,
+            graph,
+            self.static[idx],
+            micro,
+            macro,
+            chase,
+            slow,
+            renamed,
+            self.front[idx],
+            self.drains[idx],
+            self.walks[idx],
         )
