@@ -31,7 +31,7 @@ CODE_VERSIONS = {
     "features": "5",
     "sampled_tables": "2",
     "simulations": "5",
-    "surrogate": "17",
+    "surrogate": "18",
     "learned_params": "29",
     "evaluation": "11",
 }
