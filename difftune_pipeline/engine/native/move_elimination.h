@@ -34,9 +34,9 @@ struct RenamedMoves {
 // Replaces each of B's register-to-register moves (between different registers)
 // by its renamed-away form; returns, per instruction, the form it executes in when
 // a cycle's renames are spent (null: not a move).
-std::vector<const llvm::mca::Instruction *> renameMoves(const EngineImpl &E, const BlockImpl &B,
-                                                        llvm::SmallVectorImpl<std::unique_ptr<llvm::mca::Instruction>> &Lowered,
-                                                        RenamedMoves &Owned);
+std::vector<const llvm::mca::Instruction *> renameMoves(
+    const EngineImpl &E, const BlockImpl &B,
+    llvm::SmallVectorImpl<std::unique_ptr<llvm::mca::Instruction>> &Lowered, RenamedMoves &Owned);
 
 // How many moves a cycle the table renames away.
 unsigned renamesPerCycle(const Globals &G);
