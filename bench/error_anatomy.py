@@ -1,9 +1,10 @@
 """Where the error lives, per µarch of a materialised warehouse: the blocks
 predicted within 20% of their measurement against the rest, and per slice
 (instruction class, bottleneck, length, x87 assists, unexplained blocks) the
-blocks, their MAPE, their share of all the error and the share of them more than
-20% off, for LLVM's values under the chosen model and for the learned table side
-by side. Val by default (design on it); ``--split test`` gives the final figure.
+blocks, their MAPE, their share of all the error, their share of the pairs
+Kendall's tau counts against the table and the share of them more than 20% off,
+for LLVM's values under the chosen model and for the learned table side by side.
+Val by default (design on it); ``--split test`` gives the final figure.
 
     .venv/bin/python bench/error_anatomy.py --db warehouse/difftune.duckdb [--uarch haswell] [--split val] [--top 25]
 """
@@ -38,6 +39,7 @@ def main() -> None:
             pl.format("{} → {}", "blocks_default", "blocks").alias("blocks"),
             pl.format("{} → {}", "mape_pct_default", "mape_pct").alias("mape_pct"),
             pl.format("{} → {}", "error_share_pct_default", "error_share_pct").alias("error_share_pct"),
+            pl.format("{} → {}", "discordant_share_pct_default", "discordant_share_pct").alias("discordant_share_pct"),
             pl.format("{} → {}", "beyond_20_pct_default", "beyond_20_pct").alias("beyond_20_pct"),
         )
         print(f"\n{row['uarch']} ({row['model']}, {args.split}, {row['measure']}): default → learned")

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from conftest import SAMPLE
 from difftune_pipeline.cli import app
-from difftune_pipeline.model.metrics import intervals, kendall_tau, mape, worse_slices
+from difftune_pipeline.model.metrics import discordant_pairs, intervals, kendall_tau, mape, worse_slices
 from difftune_pipeline.reporting.anatomy import anatomy
 from difftune_pipeline.reporting.compare import compare, worse_summary
 from difftune_pipeline.warehouse import connection as store
@@ -133,12 +133,26 @@ def test_the_anatomy_says_which_blocks_carry_the_error():
         "blocks": 10,
         "mape_pct": 11.0,
         "error_share_pct": 100.0,
+        "discordant_share_pct": 0.0,  # every measurement tied: no pair counts against the table
         "beyond_20_pct": 20.0,
     }
     assert rows["beyond 20%"]["blocks"] == 2 and rows["beyond 20%"]["error_share_pct"] == pytest.approx(90.9)
     assert rows["within 20%"]["mape_pct"] == pytest.approx(1.25) and rows["within 20%"]["beyond_20_pct"] == 0
     assert rows["class:x87"]["error_share_pct"] == pytest.approx(90.9) and rows["len:1-4"]["blocks"] == 2
     assert list(rows)[:2] == ["all", "beyond 20%"]  # largest share first
+
+
+def test_the_anatomy_says_which_blocks_cost_the_rank_correlation():
+    """Blocks measured 1.0, 1.5, 2.0, 3.0 cycles and predicted 1.0, 1.0, 2.5, 2.0:
+    the pair (1.5, 2.0) is ranked right, (2.0, 3.0) the wrong way round, and the
+    tie in prediction (1.0, 1.5) counts for neither. Memory in chunks gives the same."""
+    measured, learned = [100.0, 150.0, 200.0, 300.0], [100.0, 100.0, 250.0, 200.0]
+    assert discordant_pairs(learned, measured).tolist() == [0, 0, 1, 1]
+    assert discordant_pairs(learned, measured, chunk=1).tolist() == [0, 0, 1, 1]
+    predicted = pl.DataFrame({"block_id": ["a", "b", "c", "d"], "measured": measured, "learned": learned})
+    memberships = pl.DataFrame({"block_id": ["c"], "slice": ["class:div"]})
+    rows = {r["slice"]: r for r in anatomy(predicted, "learned", memberships).iter_rows(named=True)}
+    assert rows["all"]["discordant_share_pct"] == 100.0 and rows["class:div"]["discordant_share_pct"] == 50.0
 
 
 def test_a_slice_is_worse_only_when_the_difference_holds_up():

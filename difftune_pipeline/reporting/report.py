@@ -111,7 +111,8 @@ def uarch_section(db, row: dict) -> str:
         table_html(test, "worse"),
         "<h3>Where the error is (test, learned table)</h3>",
         f"<p>The blocks within {OFF:.0%} of their measurement against the rest, then each slice: its blocks,"
-        " their MAPE, their share of all the error and the share of them more than"
+        " their MAPE, their share of all the error, their share of the pairs Kendall's &tau; counts against the"
+        " table (ordered one way by it and the other by the measurements) and the share of them more than"
         f" {OFF:.0%} off, largest share first (<code>bench/error_anatomy.py</code> sets the default beside it).</p>",
         table_html(anatomy(predicted, "learned", evaluation.block_slices(db, uarch)).head(ANATOMY_ROWS)),
     ]
