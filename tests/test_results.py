@@ -145,11 +145,14 @@ def test_the_anatomy_says_which_blocks_carry_the_error():
 def test_the_anatomy_says_which_blocks_cost_the_rank_correlation():
     """Blocks measured 1.0, 1.5, 2.0, 3.0 cycles and predicted 1.0, 1.0, 2.5, 2.0:
     the pair (1.5, 2.0) is ranked right, (2.0, 3.0) the wrong way round, and the
-    tie in prediction (1.0, 1.5) counts for neither. Memory in chunks gives the same."""
+    tie in prediction (1.0, 1.5) counts for neither. Memory in chunks gives the same;
+    a block the table did not simulate is in no pair."""
     measured, learned = [100.0, 150.0, 200.0, 300.0], [100.0, 100.0, 250.0, 200.0]
     assert discordant_pairs(learned, measured).tolist() == [0, 0, 1, 1]
     assert discordant_pairs(learned, measured, chunk=1).tolist() == [0, 0, 1, 1]
-    predicted = pl.DataFrame({"block_id": ["a", "b", "c", "d"], "measured": measured, "learned": learned})
+    predicted = pl.DataFrame(
+        {"block_id": ["a", "b", "c", "d", "e"], "measured": [*measured, 400.0], "learned": [*learned, None]}
+    )
     memberships = pl.DataFrame({"block_id": ["c"], "slice": ["class:div"]})
     rows = {r["slice"]: r for r in anatomy(predicted, "learned", memberships).iter_rows(named=True)}
     assert rows["all"]["discordant_share_pct"] == 100.0 and rows["class:div"]["discordant_share_pct"] == 50.0

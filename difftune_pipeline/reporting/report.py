@@ -113,7 +113,8 @@ def uarch_section(db, row: dict) -> str:
         f"<p>The blocks within {OFF:.0%} of their measurement against the rest, then each slice: its blocks,"
         " their MAPE, their share of all the error, their share of the pairs Kendall's &tau; counts against the"
         " table (ordered one way by it and the other by the measurements) and the share of them more than"
-        f" {OFF:.0%} off, largest share first (<code>bench/error_anatomy.py</code> sets the default beside it).</p>",
+        f" {OFF:.0%} off, largest share of the error first (<code>bench/error_anatomy.py</code> sets the"
+        " default beside it).</p>",
         table_html(anatomy(predicted, "learned", evaluation.block_slices(db, uarch)).head(ANATOMY_ROWS)),
     ]
     learned, default = tables.load_table(db, row["learned_id"]), tables.load_table(db, row["default_id"])
