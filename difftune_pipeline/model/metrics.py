@@ -68,10 +68,10 @@ def kendall_tau(predicted, measured) -> float | None:
 
 
 def discordant_pairs(predicted, measured, chunk: int = 512) -> np.ndarray:
-    """Per block, how many other blocks it is ranked the wrong way round against: pairs
-    whose predictions are ordered one way and measurements the other, the pairs Kendall's tau counts
-    against a table (ties in either count for neither). Rows in chunks, so memory
-    grows with the blocks, not with their pairs."""
+    """Per block, how many other blocks it is ranked the wrong way round against:
+    pairs whose predictions are ordered one way and measurements the other, the
+    pairs Kendall's tau counts against a table (ties in either count for neither).
+    Rows in chunks, so memory grows with the blocks, not with their pairs."""
     p, m = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
     out = np.zeros(p.size, dtype=np.int64)
     for start in range(0, p.size, chunk):
