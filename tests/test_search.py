@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from difftune_pipeline.engine import Engine, InvalidTable, ParamTable
+from difftune_pipeline.model.metrics import kendall_tau
 from difftune_pipeline.tuners.base import borrowed_units
 from difftune_pipeline.tuners.direct import search
 from difftune_pipeline.tuners.moves import gradient_proposer, moves
@@ -49,6 +50,11 @@ def test_search_lowers_train_error_within_its_budget(haswell, haswell_train):
     assert history[-1]["train_mape"] < start_error
     assert [h["train_mape"] for h in history] == sorted((h["train_mape"] for h in history), reverse=True)
     assert len(calls) == len(history)  # the start and every round scored on val
+    # each round's rank correlation on train too, where the MAPE alone hides it
+    start = Search(haswell, blocks, measured, default, dataclasses.replace(config, fast_forward=False), start=worse)
+    simulated = haswell.simulate(blocks, start.full_table()).predicted("steady")
+    assert kendall_tau(start.predicted, measured) == pytest.approx(kendall_tau(simulated, measured))
+    assert all(-1 <= h["train_tau"] <= 1 for h in history)
 
 
 def test_a_global_goes_on_stepping_while_it_pays(haswell, haswell_train):

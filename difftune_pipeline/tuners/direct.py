@@ -11,6 +11,7 @@ from typing import ClassVar
 import numpy as np
 
 from difftune_pipeline.engine import Engine, ParamTable
+from difftune_pipeline.model.metrics import kendall_tau
 from difftune_pipeline.tuners.base import Problem
 from difftune_pipeline.tuners.moves import Proposer, gradient, gradient_proposer
 from difftune_pipeline.tuners.screen import SurrogateScreen
@@ -43,12 +44,16 @@ def search(
             "round": 0,
             "simulations": state.spent,
             "train_mape": state.train_mape,
+            "train_tau": kendall_tau(state.predicted, state.measured),
             "val_mape": best_score,
             "changed_rows": len(state.changes),
             "seconds": time.perf_counter() - t0,
         }
     ]
-    log(f"search: start train MAPE {100 * state.train_mape:.2f}%, val {100 * best_score:.2f}%")
+    log(
+        f"search: start train MAPE {100 * state.train_mape:.2f}% (tau {history[0]['train_tau'] or float('nan'):.4f}), "
+        f"val {100 * best_score:.2f}%"
+    )
     for round_ in range(1, config.rounds + 1):
         accepted = state.improve_globals()
         mass = {k: state.error[idx].sum() for k, idx in state.index.items()}
@@ -64,6 +69,7 @@ def search(
                 "round": round_,
                 "simulations": state.spent,
                 "train_mape": state.train_mape,
+                "train_tau": kendall_tau(state.predicted, state.measured),
                 "val_mape": val,
                 "changed_rows": len(state.changes),
                 "moves": len(accepted),
@@ -73,7 +79,8 @@ def search(
         )
         log(
             f"search: round {round_}: {len(accepted)} moves, {state.spent} simulations, "
-            f"train MAPE {100 * state.train_mape:.2f}%, val {100 * val:.2f}%"
+            f"train MAPE {100 * state.train_mape:.2f}% (tau {history[-1]['train_tau'] or float('nan'):.4f}), "
+            f"val {100 * val:.2f}%"
         )
         if val < best_score:
             best, best_score = table, val

@@ -277,5 +277,11 @@ class Search:
         return float(self._gain(before, after, len(self.blocks))) - price
 
     @property
+    def predicted(self) -> np.ndarray:
+        """The train blocks' cycles as the search has them (a refused block at ``FAILED_ERROR``
+        off), rounded so that blocks the engine ties stay tied for Kendall's tau."""
+        return np.round(self.measured * (1 + self.signed), 6)
+
+    @property
     def train_mape(self) -> float:
         return float(self.error.mean())
