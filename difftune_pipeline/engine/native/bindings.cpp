@@ -73,6 +73,7 @@ dt::Generation generationFromDict(nb::dict D) {
   if (D.contains("slow_lea_port")) G.slow_lea_port = nb::cast<std::string>(D["slow_lea_port"]);
   if (D.contains("reads_destination"))
     G.reads_destination = nb::cast<std::vector<std::string>>(D["reads_destination"]);
+  if (D.contains("reads_flags")) G.reads_flags = nb::cast<std::vector<std::string>>(D["reads_flags"]);
   if (D.contains("complex_decoder"))
     G.complex_decoder = nb::cast<std::vector<std::string>>(D["complex_decoder"]);
   if (D.contains("mechanisms"))

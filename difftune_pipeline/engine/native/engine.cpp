@@ -80,6 +80,7 @@ void indexResourcesAndOpcodes(EngineImpl &E) {
   for (unsigned R = 1; R < E.MRI->getNumRegs(); ++R) {
     const StringRef Name = E.MRI->getName(R);
     if (Name == "RSP") E.RSP = R;
+    if (Name == "EFLAGS") E.EFLAGS = R;
     if (is_contained({"RAX", "RBX", "RCX", "RDX", "RSI", "RDI", "RBP", "RSP", "R8", "R9", "R10", "R11", "R12",
                       "R13", "R14", "R15"},
                      Name))

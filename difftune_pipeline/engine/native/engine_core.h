@@ -55,6 +55,7 @@ struct Generation {
   bool fusible_on_last_decoder = false;  // a macro-fusible instruction may take the last decoder
   std::string slow_lea_port;             // how the name of the port a slow LEA runs on ends (slow_lea)
   std::vector<std::string> reads_destination;  // opcodes whose register forms read their destination (output_dependency)
+  std::vector<std::string> reads_flags;        // opcodes whose register forms read the flags (output_dependency)
   std::vector<std::string> complex_decoder;    // opcodes whose register forms only the first decoder takes (complex_decoder)
   const MechanismSpec *find(const std::string &Mechanism) const {
     for (const MechanismSpec &M : mechanisms)

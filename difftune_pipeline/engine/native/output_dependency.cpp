@@ -17,14 +17,23 @@ static bool readsDestination(const EngineImpl &E, const MCInst &MI) {
   });
 }
 
+// Whether MI, a register form of an opcode the generation's reads_flags names,
+// waits for the flags' last writer: it keeps some of the flags it writes.
+static bool readsFlags(const EngineImpl &E, const MCInst &MI) {
+  if (E.MCII->get(MI.getOpcode()).mayLoad()) return false;  // as above: the read would hold its load
+  const StringRef Name = E.MCII->getName(MI.getOpcode());
+  return llvm::any_of(E.Gen.reads_flags, [&](const std::string &Opcode) { return Name.starts_with(Opcode); });
+}
+
 unsigned readDestinations(const EngineImpl &E, const BlockImpl &B,
                           SmallVectorImpl<std::unique_ptr<mca::Instruction>> &Lowered,
                           std::vector<std::unique_ptr<mca::ReadDescriptor>> &Owned) {
   unsigned Changed = 0;
   for (size_t I = 0; I < B.Insts.size(); ++I) {
-    if (!readsDestination(E, B.Insts[I])) continue;
-    addRead(*Lowered[I], B.Insts[I].getOperand(0).getReg(), Owned);
-    ++Changed;
+    const bool Destination = readsDestination(E, B.Insts[I]), Flags = readsFlags(E, B.Insts[I]);
+    if (Destination) addRead(*Lowered[I], B.Insts[I].getOperand(0).getReg(), Owned);
+    if (Flags) addRead(*Lowered[I], E.EFLAGS, Owned);
+    Changed += Destination || Flags;
   }
   return Changed;
 }
