@@ -119,7 +119,7 @@ struct EngineImpl {
   std::string printInst(const llvm::MCInst &MI);  // one line, leading blanks dropped
   Generation Gen;  // the facts of the CPU's generation that the extended model's mechanisms read
   llvm::MCRegister RSP;  // the stack pointer (the stack engine's register)
-  llvm::MCRegister EFLAGS;
+  llvm::MCRegister EFLAGS;  // the flags (the bit tests' read under output_dependency)
   llvm::SmallVector<llvm::MCRegister, 16> Gpr64;  // RAX to R15 (partial-register writes)
 };
 
