@@ -51,7 +51,7 @@ def search(
         }
     ]
     log(
-        f"search: start train MAPE {100 * state.train_mape:.2f}% (tau {history[0]['train_tau'] or float('nan'):.4f}), "
+        f"search: start train MAPE {100 * state.train_mape:.2f}% (tau {_tau(history[0]['train_tau'])}), "
         f"val {100 * best_score:.2f}%"
     )
     for round_ in range(1, config.rounds + 1):
@@ -79,7 +79,7 @@ def search(
         )
         log(
             f"search: round {round_}: {len(accepted)} moves, {state.spent} simulations, "
-            f"train MAPE {100 * state.train_mape:.2f}% (tau {history[-1]['train_tau'] or float('nan'):.4f}), "
+            f"train MAPE {100 * state.train_mape:.2f}% (tau {_tau(history[-1]['train_tau'])}), "
             f"val {100 * val:.2f}%"
         )
         if val < best_score:
@@ -87,6 +87,11 @@ def search(
         if not accepted or state.spent >= config.budget:
             break
     return best, history
+
+
+def _tau(value: float | None) -> str:
+    """Kendall's tau for the log (undefined with fewer than two blocks, or all tied)."""
+    return "undefined" if value is None else f"{value:.4f}"
 
 
 PROPOSALS = ("directed", "surrogate", "ranked")
