@@ -59,9 +59,8 @@ read them from here.
   TLB: its result comes a number of cycles later (with ``memory``).
 - ``output_dependency`` (Intel): a register-form bit scan (BSF, BSR), and on
   the generations that have the false dependency POPCNT, LZCNT and TZCNT, waits
-  for its destination's last writer (``generations.Generation.reads_destination``);
-  a register-form bit test (BT, BTS, BTR, BTC), which keeps the zero flag, waits
-  for the flags' last writer (``reads_flags``).
+  for its destination's last writer (``generations.Generation.reads_destination``),
+  a register-form bit test (BT, BTS, BTR, BTC) for the flags' (``reads_flags``).
 - ``physical_alias`` (Intel): on a harness's one physical page (BHive's) a load
   that 4K-aliases an older store reads its bytes, unforwarded, a number of cycles
   after the store retires (with ``memory``).
