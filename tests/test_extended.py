@@ -480,6 +480,43 @@ def test_a_load_that_4k_aliases_a_store_on_bhives_one_physical_page_waits_for_it
         haswell.compile(model(base, ("physical_alias",), "bhive"))
 
 
+AHEAD = "movq (%rbp), %rdx\nmovq %rax, (%rdx)\nmovq (%rbx), %rcx\naddq %rcx, %rax"
+
+
+@pytest.mark.parametrize("mcpu", ["ivybridge", "haswell", "skylake"])
+def test_a_load_that_runs_ahead_of_the_store_it_reads_is_issued_again(mcpu):
+    """BHive loads one value through every pointer, so a store through a pointer the
+    block loads writes the bytes a later load of a ready register reads. That load's
+    address is known first: it runs ahead of the store, and once the store's address
+    resolves it is issued again (a memory-ordering machine clear), its data
+    `memory_ordering_penalty` cycles after the store's. Where the store's address is
+    known no later than the load's, or the two do not meet, nothing changes."""
+    engine = Engine(mcpu)
+    assert "memory_ordering" in extended.optional(mcpu)
+    on = ("memory", "memory_ordering")
+    assert model(engine.default_table(), on, "bhive").globals["memory_ordering_penalty"] == 5
+
+    def per_iteration(asm, mechanisms, **globals_):
+        block = engine.parse_asm(asm)
+        block = harness.accesses(block, "bhive").attach(block)
+        table = model(engine.default_table(), mechanisms, "bhive", **globals_)
+        return float(engine.simulate([block], table).steady[0]) / 100
+
+    off, five, ten = (
+        per_iteration(AHEAD, m, **g) for m, g in ((("memory",), {}), (on, {}), (on, {"memory_ordering_penalty": 10}))
+    )
+    assert off == 7.0 and 7.0 < five < ten < 12.5  # not every iteration's load gets ahead
+    for asm in (
+        "movq %rax, (%rbp)\nmovq (%rbx), %rcx\naddq %rcx, %rax",  # the store's address known first
+        "movq (%rbp), %rdx\nmovq %rax, (%rdx)\nmovq (%rdx), %rcx\naddq %rcx, %rax",  # both known at once
+        "movq (%rbp), %rdx\nmovq %rax, (%rdx)\nmovq 8(%rbx), %rcx\naddq %rcx, %rax",  # bytes apart
+    ):
+        assert per_iteration(asm, on) == per_iteration(asm, ("memory",)), asm
+    assert "memory_ordering" not in extended.optional("znver1")
+    with pytest.raises(InvalidTable, match="memory_ordering needs memory on"):
+        engine.compile(model(engine.default_table(), ("memory_ordering",), "bhive"))
+
+
 def test_bit_scans_and_the_counts_with_a_false_dependency_wait_for_their_destination():
     """BHive measures `bsrq %rsi, %rax ; addq %rdi, %rax` at 4.0 cycles an iteration on
     Skylake (llvm-mca: 1.0): a bit scan keeps its destination when the source is
@@ -946,6 +983,7 @@ def test_a_mechanism_is_judged_on_the_blocks_it_changes():
     after = before.copy()
     after[0] = np.nan  # a block the engine refused is not a change
     assert helps_where_it_changes(before, after, measured) == (False, "changes no block")
-    assert extended.optional("haswell") == ("move_elimination", "locked") and extended.optional("znver1") == ()
+    assert extended.optional("haswell") == ("move_elimination", "locked", "memory_ordering")
+    assert extended.optional("znver1") == ()
     assert extended.label((*extended.for_cpu("haswell"), "locked"), "bhive", "haswell") == "extended+locked"
     assert extended.label(("front_end",), "none", "haswell") == "llvm-mca+front_end"

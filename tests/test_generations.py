@@ -25,6 +25,7 @@ MECHANISM_FILES = {
     "forwarded_load": ("forwarded_load.cpp", "forwarded_load.h"),
     "dtlb_miss": ("dtlb_miss.cpp", "dtlb_miss.h"),
     "physical_alias": ("memory_unit.cpp", "memory_unit.h"),
+    "memory_ordering": ("memory_unit.cpp", "memory_unit.h"),
     "stack_engine": ("stack_engine.cpp", "stack_engine.h"),
     "move_elimination": ("move_elimination.cpp", "move_elimination.h"),
     "zero_shift": ("serialising.cpp", "serialising.h"),

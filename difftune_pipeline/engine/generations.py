@@ -38,7 +38,7 @@ COMMON = (
     "output_dependency",
     "harness_offset",
 )
-_INTEL = (*COMMON, "move_elimination", "locked", "partial_register")
+_INTEL = (*COMMON, "move_elimination", "locked", "memory_ordering", "partial_register")
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,10 @@ read them from here.
 - ``physical_alias`` (Intel): on a harness's one physical page (BHive's) a load
   that 4K-aliases an older store reads its bytes, unforwarded, a number of cycles
   after the store retires (with ``memory``).
+- ``memory_ordering`` (Intel): a load whose address is known before that of
+  the older store it reads from runs ahead of it and is issued again once the
+  store's address resolves: its data comes a number of cycles after the store's
+  (with ``memory``).
 - ``slow_lea`` (Intel): an LEA of base, index and displacement (or of a base of
   RBP or R13 with an index) takes a number of cycles on one port (the
   generation's ``slow_lea_port``), where LLVM gives every LEA one cycle on two.
@@ -178,12 +182,7 @@ class Parameter:
 # an LEA of three operands (base, index and offset), or with a base of EBP, RBP
 # or R13 and an index, has a latency of 3 cycles and must dispatch through port
 # 1. BHive measures the chain `leaq 8(%rbp,%rsi,8), %rbp` at 3.0 cycles an
-# iteration on Skylake and `leaq 1(%rbx,%r14), %rdi` alone at 1.0. On the
-# pipeline's train and val splits (full profile), with the learned tables of the
-# previous round, the blocks whose every LEA is slow (no division) are 17.9%
-# (Haswell, 70 blocks), 12.6% (Ivy Bridge, 60) and 15.5% (Skylake, 64) off,
-# predicted 8-13% too fast on average; their LEAs at 3 cycles on port 1 bring
-# them to 9.7%, 9.1% and 4.2%. No train or val block has the manual's RIP-relative form.
+# iteration on Skylake and `leaq 1(%rbx,%r14), %rdi` alone at 1.0 (docs/model.md).
 # Forwarded loads: Intel's optimization manual (248966), "store forwarding", and
 # Agner Fog's guide (same section) give store-to-load forwarding about the L1's
 # latency, but LLVM has one latency per load, which the tuner had to split
@@ -193,31 +192,18 @@ class Parameter:
 # the store's data): the learned tables of the previous round lowered the 32-bit
 # loads to 4 (Haswell) and 3 (Skylake). The defaults fit the pipeline's train
 # split best (docs/model.md; bench/mechanism_on_tables.py --mechanism forwarded_load).
-# DTLB misses: Intel's optimization manual (248966) gives the first-level DTLB
-# 64 entries for 4 KiB pages (Sandy Bridge to Skylake) backed by a second-level
-# TLB, and a load that misses the first and hits the second several cycles more.
-# BHive's harness maps every page onto one physical page, but a block that adds a
-# loaded value to a pointer lands on a new virtual page every iteration: on the
-# pipeline's train split (full profile) the jump-table chains `movslq
-# (%rax,%rsi,4), %rdx ; addq %rdx, %rax` measure 14.0 cycles an iteration on
-# Haswell and 15.0 on Skylake where the load and the add take 6, and with a
-# second load in the chain whose page the first touched four iterations before,
-# 19.0 and 20.0 where they take 11: 8 and 9 cycles for the one load that misses.
-# Ivy Bridge's train split has no such block: it takes Haswell's.
-# Physical aliases: on BHive's one physical page a 4K alias is the store's own
-# bytes, read once the store has committed: the failed forward's penalty, best of 6
-# to 14 on Skylake's changed train blocks and on Haswell's and Ivy Bridge's val
-# (docs/model.md; bench/mechanism_on_tables.py --mechanism physical_alias).
-# Harness offset: BHive's figures are (L_a - L_b)/(a - b) for two unroll counts,
-# the minimum of repeated runs each (BHive's README, "Throughput Calculation"),
-# and they sit under the steady state by a constant: on the pipeline's train
-# split (full profile), LLVM's values under the extended model predict a median
-# of 1.0 (Haswell), 1.0 (Ivy Bridge) and 2.0 (Skylake) cycles per 100
-# iterations more than BHive measures, at every block length, and 511 Haswell
-# and 963 Skylake train and val blocks measure faster than four instructions a
-# cycle allow, which no pipeline can issue. The offset is subtracted from the
-# steady state (cycles per 100 iterations; llvm-mca's Total Cycles are left
-# alone); its defaults are those medians (bench/harness_offset.py).
+# DTLB misses: Intel's optimization manual (248966): a 64-entry first-level DTLB
+# for 4 KiB pages backed by a second-level TLB; the cycles of a miss fit BHive's
+# train jump-table chains, 8 (Haswell, Ivy Bridge) and 9 (Skylake) (docs/model.md).
+# Physical aliases: on BHive's one physical page a 4K alias is the store's own bytes,
+# read once the store has committed: the failed forward's penalty (docs/model.md).
+# Harness offset: BHive's figures (its README, "Throughput Calculation") sit under
+# the steady state by a constant, subtracted from it (cycles per 100 iterations):
+# the train split's median, 1 (Haswell, Ivy Bridge) and 2 (Skylake) (docs/model.md).
+# Memory ordering: a load run before an older store's address is known that reads
+# its bytes is a machine clear (Intel's optimization manual, "memory disambiguation");
+# BHive loads one value through every pointer, so stores and later loads often meet.
+# The cycles: the better of 5 and 10 on the changed train blocks (docs/model.md).
 PARAMETERS: dict[str, Parameter] = {
     "predecode_bytes": Parameter("front_end", 16, (1, 64), (8, 32), 4, 16.0),
     "predecode_width": Parameter("front_end", 5, (1, 16), (2, 16), 1, 5.0),
@@ -244,6 +230,7 @@ PARAMETERS: dict[str, Parameter] = {
     "dtlb_miss_latency": Parameter("dtlb_miss", 8, (0, 100), (0, 16), 1, 8.0, (("skylake", 9),)),
     "physical_alias_penalty": Parameter("physical_alias", 10, (0, 100), (0, 20), 2, 10.0),
     "harness_offset_cycles": Parameter("harness_offset", 1, (0, 10), (0, 4), 1, 2.0, (("skylake", 2),)),
+    "memory_ordering_penalty": Parameter("memory_ordering", 5, (0, 100), (0, 16), 2, 5.0),
 }
 MECHANISMS = (
     "front_end",
@@ -265,11 +252,20 @@ MECHANISMS = (
     "locked",
     "bank_conflict",
     "partial_register",
+    "memory_ordering",
 )
 # The mechanisms another needs on: bank conflicts, page walks, forwarded loads, DTLB
-# misses and physical aliases read the addresses the memory mechanism is given; a
-# folded load's load is held in its load unit; the complex decoder is the front end's.
-_ON_ADDRESSES = ("bank_conflict", "page_walk", "folded_load", "forwarded_load", "dtlb_miss", "physical_alias")
+# misses, physical aliases and memory ordering read the addresses the memory mechanism
+# is given; a folded load's load is held in its load unit; the complex decoder is the front end's.
+_ON_ADDRESSES = (
+    "bank_conflict",
+    "page_walk",
+    "folded_load",
+    "forwarded_load",
+    "dtlb_miss",
+    "physical_alias",
+    "memory_ordering",
+)
 REQUIRES: dict[str, tuple[str, ...]] = {**dict.fromkeys(_ON_ADDRESSES, ("memory",)), "complex_decoder": ("front_end",)}
 # What the mechanisms simulate, versioned: a table's id and a parameter space's id
 # under the extended model name it, so that results stored by an engine whose

@@ -156,6 +156,14 @@ inline std::vector<Access> accessesAt(const MemoryMap &M, size_t Instr, size_t I
   return Out;
 }
 
+// The MCInst operands of an instruction's address registers (X86's AddrBaseReg and
+// AddrIndexReg of its memory operand); none for an implicit address (push, pop).
+inline std::vector<unsigned> addressOperands(const llvm::MCInstrDesc &D) {
+  for (unsigned Op = 0; Op < D.getNumOperands(); ++Op)
+    if (D.operands()[Op].OperandType == llvm::MCOI::OPERAND_MEMORY) return {Op, Op + 2};
+  return {};
+}
+
 // The registers an instruction reads and writes (widened), as Block.operands gives them.
 InstrOperands instrOperands(const EngineImpl &E, const llvm::MCInst &MI);
 

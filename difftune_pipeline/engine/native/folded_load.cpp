@@ -60,12 +60,7 @@ std::vector<FoldedLoad> foldedLoads(const EngineImpl &E, const TableImpl &T, con
     auto It = T.Folded.find(C);
     if (It == T.Folded.end() || !foldsLoad(E.MCII->get(MI.getOpcode()))) continue;
     Out[I].Cycles = It->second;
-    const MCInstrDesc &D = E.MCII->get(MI.getOpcode());
-    for (unsigned Op = 0; Op < D.getNumOperands(); ++Op)
-      if (D.operands()[Op].OperandType == MCOI::OPERAND_MEMORY) {
-        Out[I].AddressOps = {Op, Op + 2};  // base and index (X86's AddrBaseReg, AddrIndexReg)
-        break;
-      }
+    Out[I].AddressOps = addressOperands(E.MCII->get(MI.getOpcode()));
   }
   return Out;
 }

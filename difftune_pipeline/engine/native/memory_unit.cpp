@@ -7,14 +7,17 @@ using namespace llvm;
 namespace dt {
 
 MemoryUnit::MemoryUnit(const MCSchedModel &SM, std::shared_ptr<const MemoryMap> Accesses, unsigned BlockSize,
-                       const Globals &G, std::vector<FoldedLoad> Folded)
+                       const Globals &G, std::vector<FoldedLoad> Folded,
+                       std::vector<std::vector<unsigned>> AddressOps)
     : LSUnitBase(SM, 0, 0, /*AssumeNoAlias=*/true), Owned(std::move(Accesses)), Map(*Owned), BlockSize(BlockSize),
       ForwardDelay(G.param("store_forward_latency")), AliasDelay(G.param("alias_4k_penalty")),
       FailDelay(G.param("store_forward_fail_penalty")),
       BankDelay(G.on("bank_conflict") ? G.param("bank_conflict_penalty") : 0),
       WalkDelay(G.on("page_walk") ? G.param("page_walk_penalty") : 0),
       PhysicalAlias(G.on("physical_alias") && Map.OnePage),
-      PhysicalDelay(PhysicalAlias ? G.param("physical_alias_penalty") : 0), Folded(std::move(Folded)) {
+      PhysicalDelay(PhysicalAlias ? G.param("physical_alias_penalty") : 0), Ordering(G.on("memory_ordering")),
+      OrderingDelay(Ordering ? G.param("memory_ordering_penalty") : 0), AddressOps(std::move(AddressOps)),
+      Folded(std::move(Folded)) {
   for (const auto &ByIteration : Map.ByInstr) {
     const size_t N = ByIteration.size() >= 2 ? ByIteration[0].size() : 0;
     std::vector<bool> Steady(N, true);
@@ -133,6 +136,7 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
     // youngest to retire, and the older ones retire before it).
     std::vector<bool> Served(Mine.size());
     std::vector<unsigned> Feeds;
+    const Store *Read = nullptr;  // the youngest store it reads from
     for (auto S = Stores.rbegin(); S != Stores.rend(); ++S) {
       bool Forward = false, Fail = false, Alias = false, Physical = false;
       for (size_t I = 0; I < Mine.size(); ++I) {
@@ -153,6 +157,7 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
         Forward |= Reads && Whole;
         Fail |= Reads && !Whole;
       }
+      if ((Forward || Fail) && !Read) Read = &*S;
       // A failed forward and a physical alias each hold the load until the store
       // retires, by their own penalties; a forward or a 4K alias alone, by theirs.
       const unsigned Waits[] = {Fail ? S->Fail : 0u, Physical ? S->Alias : 0u,
@@ -166,6 +171,11 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
           Feeds.push_back(From);
         }
     }
+    if (Ordering && Read && !Read->Issued) {
+      const unsigned S = standIn();
+      getGroup(S).addSuccessor(&Group, true);
+      Overtakes.push_back({IR.getInstruction(), Read->Inst, Read->Group, S, IR.getSourceIndex(), Read->SourceIndex});
+    }
     if (const FoldedLoad *F = Folded.empty() ? nullptr : &Folded[IR.getSourceIndex() % BlockSize]; F && F->Cycles) {
       const unsigned S = standIn();
       getGroup(S).addSuccessor(&Group, true);
@@ -175,7 +185,7 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
   }
   if (IS.getMayStore())
     Stores.push_back(
-        {G, standIn(), standIn(), standIn(), IR.getSourceIndex(), Mine});
+        {G, standIn(), standIn(), standIn(), IR.getSourceIndex(), Mine, IR.getInstruction()});
   if (WalkDelay && Map.Exact) {
     Walks.erase(std::remove_if(Walks.begin(), Walks.end(), [&](const Walk &W) { return !isValidGroupID(W.StandIn); }),
                 Walks.end());
@@ -198,6 +208,14 @@ void MemoryUnit::onInstructionIssued(const mca::InstRef &IR) {
     const mca::Instruction &I = *IR.getInstruction();
     const int Ready = I.getMayLoad() ? std::max(I.getCyclesLeft() - 1, 1) : 1;
     schedule(S->Forward, unsigned(Ready) + ForwardDelay, IR.getSourceIndex());
+    S->Issued = true;
+    // a load that ran ahead of it is issued again once its data is ready
+    for (Overtake &O : Overtakes)
+      if (O.Load && O.StoreGroup == S->Group) {
+        getGroup(O.StandIn).onInstructionIssued(IR);
+        schedule(O.StandIn, unsigned(Ready) + ForwardDelay + OrderingDelay, IR.getSourceIndex());
+        O.Load = nullptr;
+      }
   }
   if (Load *L = loadOf(IR.getInstruction()->getLSUTokenID())) {
     getGroup(L->Bank).onInstructionIssued(IR);
@@ -283,6 +301,34 @@ void MemoryUnit::startFoldedLoads() {
   Folds.erase(std::remove_if(Folds.begin(), Folds.end(), [](const Fold &F) { return !F.Inst; }), Folds.end());
 }
 
+// Whether the registers an instruction's address is computed from are ready
+// (true for one whose address is implicit: a push's, a pop's).
+bool MemoryUnit::addressReady(const mca::Instruction &I, unsigned SourceIndex) const {
+  const std::vector<unsigned> &Ops = AddressOps[SourceIndex % BlockSize];
+  return std::all_of(I.getUses().begin(), I.getUses().end(), [&](const mca::ReadState &R) {
+    return !llvm::is_contained(Ops, R.getDescriptor().OpIndex) || R.isReady();
+  });
+}
+
+// A watched load runs ahead of its store when its address is ready while the
+// store's is not; where the store's address is ready no later than the load's,
+// the load only waits for the store's data, as any load does, and its stand-in
+// completes now. Both are read at the same point of the cycle.
+void MemoryUnit::watchOvertakes() {
+  for (Overtake &O : Overtakes) {
+    if (!O.Load || O.Ahead) continue;
+    const bool LoadReady = addressReady(*O.Load, O.LoadIndex), StoreReady = addressReady(*O.Store, O.StoreIndex);
+    O.Ahead = LoadReady && !StoreReady;
+    if (StoreReady && !O.Ahead) {
+      getGroup(O.StandIn).onInstructionIssued(mca::InstRef(O.LoadIndex, const_cast<mca::Instruction *>(O.Load)));
+      complete(O.StandIn, O.LoadIndex);
+      O.Load = nullptr;
+    }
+  }
+  Overtakes.erase(std::remove_if(Overtakes.begin(), Overtakes.end(), [](const Overtake &O) { return !O.Load; }),
+                  Overtakes.end());
+}
+
 void MemoryUnit::cycleEvent() {
   ++Cycle;
   for (size_t I = 0; I < Pending.size();) {
@@ -295,6 +341,7 @@ void MemoryUnit::cycleEvent() {
     }
   }
   startFoldedLoads();
+  if (Ordering) watchOvertakes();
   LSUnitBase::cycleEvent();
 }
 

@@ -27,6 +27,14 @@
 // values, are not charged here: BHive's measurements of them show a smaller and
 // varying cost (docs/model.md); a load that a loaded value moves to a new page
 // every iteration is timed by dtlb_miss.h.
+// With memory_ordering, a load that reads bytes of an older store whose address
+// is not known yet runs ahead of it when its own address is known first: once
+// the store's address resolves, the overlap is found, and the load is issued
+// again (a memory-ordering machine clear, Intel's optimization manual); its data
+// comes OrderingDelay cycles after the store's is ready. A load whose address
+// comes no sooner than the store's waits for the store as any other load does.
+// BHive's harness loads one value through every pointer, so a store through a
+// pointer the block loads often meets a later load of the same iteration.
 // With folded_load, a folded load (folded_load.h) waits for a stand-in that
 // completes its load's cycles after its address registers are ready and the
 // stores it reads from have forwarded: its operation, timed by the table without
@@ -51,6 +59,17 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
     unsigned Group = 0, Forward = 0, Alias = 0, Fail = 0;  // its own group and its stand-ins
     unsigned SourceIndex = 0;
     std::vector<Access> Bytes;
+    const llvm::mca::Instruction *Inst = nullptr;  // alive until it issues (Issued)
+    bool Issued = false;
+  };
+  // A load that reads the youngest older store of its bytes before that store
+  // has issued, watched (memory_ordering) until the store's address is known:
+  // the load waits for StandIn, which completes at once when the store's address
+  // came first, or OrderingDelay cycles after the store's data when the load's did.
+  struct Overtake {
+    const llvm::mca::Instruction *Load = nullptr, *Store = nullptr;  // Load null: settled
+    unsigned StoreGroup = 0, StandIn = 0, LoadIndex = 0, StoreIndex = 0;
+    bool Ahead = false;
   };
   // A load in flight, and the stand-in through which a younger load of its bank
   // waits for it: it completes BankDelay cycles after the load issues.
@@ -85,6 +104,10 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
   const unsigned BlockSize, ForwardDelay, AliasDelay, FailDelay, BankDelay, WalkDelay;
   const bool PhysicalAlias;  // physical_alias is on and the addresses share one physical page
   const unsigned PhysicalDelay;
+  const bool Ordering;  // memory_ordering is on
+  const unsigned OrderingDelay;
+  const std::vector<std::vector<unsigned>> AddressOps;  // [instruction]: its address registers' MCInst operands
+  std::vector<Overtake> Overtakes;
   std::vector<std::vector<bool>> Strided;  // [instruction][access]: its addresses keep one stride under a page
   std::unordered_set<uint64_t> Touched;    // pages accessed so far in the run
   std::vector<Walk> Walks;                 // walks whose stand-in has not completed
@@ -108,12 +131,15 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
   void complete(unsigned Group, unsigned SourceIndex);
   void schedule(unsigned Group, unsigned Delay, unsigned SourceIndex);
   void startFoldedLoads();
+  bool addressReady(const llvm::mca::Instruction &I, unsigned SourceIndex) const;
+  void watchOvertakes();
 
  public:
   // The delays are the table's memory parameters (and bank_conflict's and page_walk's, 0 when off).
-  // Folded: each instruction's folded load (empty when folded_load is off).
+  // Folded: each instruction's folded load (empty when folded_load is off);
+  // AddressOps: each instruction's address operands (read with memory_ordering).
   MemoryUnit(const llvm::MCSchedModel &SM, std::shared_ptr<const MemoryMap> Accesses, unsigned BlockSize,
-             const Globals &G, std::vector<FoldedLoad> Folded);
+             const Globals &G, std::vector<FoldedLoad> Folded, std::vector<std::vector<unsigned>> AddressOps);
   Status isAvailable(const llvm::mca::InstRef &IR) const override;
   unsigned dispatch(const llvm::mca::InstRef &IR) override;
   void onInstructionIssued(const llvm::mca::InstRef &IR) override;

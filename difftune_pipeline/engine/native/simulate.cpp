@@ -121,7 +121,11 @@ std::unique_ptr<mca::Pipeline> extendedPipeline(mca::Context &Ctx, const MCSubta
       Map = std::move(None);
     }
     std::vector<FoldedLoad> Folded = G.on("folded_load") ? foldedLoads(*T.Engine, T, B) : std::vector<FoldedLoad>();
-    auto M = std::make_unique<MemoryUnit>(SM, std::move(Map), B.Insts.size(), G, std::move(Folded));
+    std::vector<std::vector<unsigned>> AddressOps;
+    if (G.on("memory_ordering"))
+      for (const MCInst &MI : B.Insts) AddressOps.push_back(addressOperands(T.Engine->MCII->get(MI.getOpcode())));
+    auto M = std::make_unique<MemoryUnit>(SM, std::move(Map), B.Insts.size(), G, std::move(Folded),
+                                          std::move(AddressOps));
     Memory = M.get();
     LSU = std::move(M);
   } else {
