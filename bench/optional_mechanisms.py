@@ -2,11 +2,13 @@
 and split, under LLVM's values with BHive's harness addresses, how many blocks it
 changes, how many come closer to the measurement and how many go further, their
 MAPE without and with it (``metrics.helps_where_it_changes``), and the whole
-split's MAPE and share of blocks more than 20% off. Those ``extended`` leaves out
+split's MAPE and share of blocks more than 20% off. Train and val (what ``auto``
+weighs and designs are made on); ``--test`` adds the test split, the final figure. Those ``extended`` leaves out
 (``locked``, ``move_elimination``) are added to it; with ``--extended``, each of
 ``extended``'s own is also taken out of it. Splits by block hash, as the pipeline's.
 
-    .venv/bin/python bench/optional_mechanisms.py --data ../shared/data [--mcpu haswell] [--blocks 4000] [--extended]
+    .venv/bin/python bench/optional_mechanisms.py --data ../shared/data [--mcpu haswell] [--blocks 4000]
+        [--extended] [--test]
 """
 
 import argparse
@@ -26,6 +28,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     add_cpus_arguments(parser, blocks=None)
     parser.add_argument("--extended", action="store_true", help="also each of extended's mechanisms, taken out")
+    parser.add_argument("--test", action="store_true", help="also the test split")
     args = parser.parse_args()
     for mcpu in args.mcpu:
         engine = Engine(mcpu)
@@ -45,7 +48,7 @@ def main() -> None:
                 without = [x for x in own if x != m and m not in REQUIRES.get(x, ())]
                 pairs.append((m, engine.simulate(blocks, llvm.with_model(without, "bhive")).steady, full))
         for mechanism, before, after in pairs:
-            for name in SPLITS:
+            for name in SPLITS if args.test else ("train", "val"):
                 part = split == name
                 helps, how = helps_where_it_changes(before[part], after[part], truth[part])
                 off = [np.mean(np.abs(p[part] - truth[part]) > 0.2 * truth[part]) for p in (before, after)]
