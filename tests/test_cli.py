@@ -468,3 +468,13 @@ def test_parameter_files_with_duplicate_keys_or_odd_names(cli_env, tmp_path):
     assert runner.invoke(app, ["params", "import", str(tmp_path / "h.json"), "--id", "E"]).exit_code == 0
     clash = runner.invoke(app, ["params", "import", str(tmp_path / "b.json"), "--id", "E"])
     assert clash.exit_code == 2 and "already holds a different table" in clash.stderr
+    # the ids the pipeline gives its own tables are not an import's to take: a step that then
+    # stored its table under the id would find it taken and keep the import
+    for own in ("default", "learned", "default-haswell-c7098331a43f6e1", "learned-haswell-0a1b", "perturb-3-skylake-9"):
+        taken = runner.invoke(app, ["params", "import", str(tmp_path / "h.json"), "--id", own])
+        assert taken.exit_code == 2 and "the pipeline's own tables" in taken.stderr, own
+    from difftune_pipeline.engine import ParamTable
+    from difftune_pipeline.warehouse import tables, writer
+
+    with writer(cli_env / "w.duckdb") as con, pytest.raises(ValueError, match="holds a table of kind 'imported'"):
+        tables.save_table(con, "E", ParamTable.from_json(tmp_path / "h.json"), kind="default")

@@ -440,6 +440,24 @@ def test_files_of_blank_lines_or_without_a_last_newline(haswell, warehouse, tmp_
     assert summary.status == ("ok" if measured else "failed_sanity")  # "no row became a measurement"
 
 
+def test_a_batch_a_hundred_times_too_slow_fails_its_sanity_check(haswell, warehouse, tmp_path, sample_rows):
+    """Cycles per 100 iterations in a file named as cycles per iteration read a hundred
+    times too slow; no sane batch's median block takes 20 cycles an instruction."""
+    lines = "".join(f"{h},{c}\n" for h, c in sample_rows[:60])
+    (tmp_path / "right.csv").write_text(lines)
+    (tmp_path / "mislabelled.per_iteration.csv").write_text(lines)
+    right = ingest.ingest_measurements(tmp_path / "right.csv", "haswell", warehouse, haswell)
+    wrong = ingest.ingest_measurements(
+        tmp_path / "mislabelled.per_iteration.csv", "haswell", warehouse, haswell, unit="cycles_per_iteration"
+    )
+    assert (right.status, wrong.status) == ("ok", "failed_sanity")
+    reason = store.query("SELECT status_reason FROM batches WHERE batch_id = ?", warehouse, [wrong.batch_id]).item()
+    assert "a hundred times too slow" in reason and "instructions per cycle" in reason
+    few = tmp_path / "few.per_iteration.csv"  # too few for a median to say anything: judged as before
+    few.write_text("".join(f"{h},{c}\n" for h, c in sample_rows[60:65]))
+    assert ingest.ingest_measurements(few, "haswell", warehouse, haswell, unit="cycles_per_iteration").status == "ok"
+
+
 def _between_chunks(monkeypatch, action, at: int = 1):
     """Run ``action`` after the ``at``-th chunk of a file is committed, before the next."""
     from difftune_pipeline.ingest import reader

@@ -7,6 +7,7 @@ import os
 import shutil
 import time
 from datetime import datetime
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -300,6 +301,8 @@ def test_failed_and_dropped_batches_never_feed_tuning(tmp_path, warehouse, monke
     assert again.exit_code == 0 and "already dropped" in again.stdout
     unknown = runner.invoke(app, ["batches", "drop", "nope", "--warehouse", str(warehouse)])
     assert unknown.exit_code == 2 and "no batch 'nope'" in unknown.stderr
+    elsewhere = runner.invoke(app, ["batches", "drop", f"skylake-{good_id}", "--warehouse", str(warehouse)])
+    assert elsewhere.exit_code == 2 and "holds haswell's measurements, not skylake's" in elsewhere.stderr
     from difftune_pipeline.steps.checks import measurement_sanity
 
     wrong_id = statuses["wrong_unit.csv"]["batch_id"]
@@ -375,6 +378,38 @@ def test_ingest_without_the_daemon_and_partitions_from_the_warehouse(tmp_path, m
     assert runner.invoke(app, ["materialize", "--select", "key:blocks"]).exit_code == 0
     with dg.DagsterInstance.get() as instance:
         assert instance.get_dynamic_partitions(UARCHS.name) == ["haswell"]
+
+
+def test_ingest_passes_over_a_batch_that_fails_its_sanity_check(tmp_path, monkeypatch):
+    """A batch that fails its sanity check is settled and never feeds tuning: it is
+    reported, and the files after it are still ingested in the same command."""
+    from typer.testing import CliRunner
+
+    from difftune_pipeline.cli import app
+
+    box, warehouse = tmp_path / "inbox", tmp_path / "w.duckdb"
+    monkeypatch.setenv("DIFFTUNE_INBOX", str(box))
+    monkeypatch.setenv("DIFFTUNE_WAREHOUSE", str(warehouse))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    per_iteration = [f"{h},{float(c) / 100:g}" for h, c in (r.split(",") for r in ROWS[100:140])]
+    for name, lines in (("a_good.csv", ROWS[:20]), ("b_wrong_unit.csv", per_iteration), ("c_good.csv", ROWS[20:40])):
+        _drop(box / "haswell", name, lines)
+    _drop(box / "haswell", "d_garbage.csv", ["garbage"])
+    result = CliRunner().invoke(app, ["ingest"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("failed its sanity check, it never feeds tuning") == 2, result.output
+    assert "instructions per cycle" in result.output and "no row became a measurement" in result.output
+    statuses = store.query("SELECT source_file, status FROM batches ORDER BY source_file", warehouse).rows()
+    assert [(Path(f).name, s) for f, s in statuses] == [
+        ("a_good.csv", "ok"),
+        ("b_wrong_unit.csv", "failed_sanity"),
+        ("c_good.csv", "ok"),
+        ("d_garbage.csv", "failed_sanity"),
+    ]
+    assert store.query("SELECT count(*) FROM usable_measurements", warehouse).item() == 40
+    again = CliRunner().invoke(app, ["ingest"])  # settled: nothing is read again, nothing reported again
+    assert again.exit_code == 0 and "sanity" not in again.output, again.output
 
 
 def test_the_sensor_asks_again_for_a_batch_whose_reader_died(tmp_path, warehouse):

@@ -66,12 +66,12 @@ def batches_drop(
 ) -> None:
     """Withdraw a measurement batch, whatever its state: its rows leave ``measurements``,
     its record and quarantined lines stay, and its bytes are never ingested again."""
-    batch_id = batch_id.rsplit("-", 1)[-1]  # an inbox partition's key ends in its batch id
+    uarch, _, batch_id = batch_id.rpartition("-")  # an inbox partition's key: <mcpu>-<batch id>
     if not warehouse.exists():
         raise fail(FileNotFoundError(f"no warehouse at {warehouse}"))
     with user_errors():
         with writer(warehouse) as con:
-            result = batch_state.drop_batch(con, batch_id, reason)
+            result = batch_state.drop_batch(con, batch_id, reason, uarch or None)
     if result["already_dropped"]:
         console.print(f"batch {escape(batch_id)} was already dropped: nothing changed")
         return

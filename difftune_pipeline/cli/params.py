@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -61,6 +62,17 @@ def params_export(
     )
 
 
+def _pipeline_id(table_id: str) -> bool:
+    """Whether an id is of a form the pipeline gives its own tables (default-, llvm-mca-,
+    learned- and visited-<mcpu>-<hash>, <preset>-<seed>-<mcpu>-<hash> for sampled ones),
+    or 'default' or 'learned', which the commands read as LLVM's table and the newest
+    learned one: an import may not take one."""
+    from difftune_pipeline.model.params import PRESETS
+
+    own = rf"^(default|llvm-mca|learned|visited|(?:{'|'.join(PRESETS)})-[0-9]+)-"
+    return table_id in ("default", "learned") or re.match(own, table_id) is not None
+
+
 @params_app.command("import")
 def params_import(
     file: Annotated[Path, typer.Argument(help="parameter table JSON (the format `params export` writes)")],
@@ -76,6 +88,8 @@ def params_import(
         table = ParamTable.from_json(file)
         Engine(table.mcpu).compile(table)
         table_id = table_id or f"imported-{table.mcpu}-{table.fingerprint()}"
+        if _pipeline_id(table_id):
+            raise ValueError(f"table id {table_id!r} is of the form of the pipeline's own tables: choose another --id")
         with writer(warehouse) as con:  # compared and stored in one transaction
             stored = tables.stored_table(con, table_id)
             mine = (table.mcpu, table.llvm_version, table.to_frame().sort(["opcode", "param", "idx"]))

@@ -104,7 +104,8 @@ def plan(select: str) -> Plan:
 
 
 def run(plan: Plan, uarchs: list[str] | None, report: Callable[[Event], None]) -> Failure | None:
-    """Every run of the plan, in order; the first failure stops it."""
+    """Every run of the plan, in order; the first failure stops it (an inbox batch that
+    fails its sanity check is reported and passed over)."""
     graph, groups = plan.graph, _groups(plan.graph, plan.keys)
     matched: set[str] = set()
     narrowed = False  # whether the selection has assets partitioned by µarch
@@ -147,7 +148,9 @@ def run(plan: Plan, uarchs: list[str] | None, report: Callable[[Event], None]) -
                     for event in result.get_asset_materialization_events():
                         if (warning := event.materialization.metadata.get("warning")) is not None:
                             report(Notice(f"{label}: {warning.value}", warning=True))
-                    if not result.success:
+                    if not result.success and (why := _insane_batch(result, partitions_def)) is not None:
+                        report(Notice(f"{label}: {why}", warning=True))
+                    elif not result.success:
                         return _failed(label, result)
                 else:
                     current += 1
@@ -179,6 +182,22 @@ def root_message(exc: BaseException) -> str:
     cause = root(exc)
     text = str(cause).strip()
     return text.splitlines()[0] if text else type(cause).__name__
+
+
+def _insane_batch(result, partitions_def) -> str | None:
+    """Why an inbox batch failed its sanity check, where that is all that failed in its
+    run (None otherwise): it is settled and never feeds tuning, so the batches after it
+    are read and the steps after ingestion go on, as the daemon's would."""
+    failures = [e.step_failure_data.error for e in result.all_events if e.is_step_failure]
+    if getattr(partitions_def, "name", None) != inbox.BATCHES.name or any(
+        error is None or error.cls_name != "DagsterAssetCheckFailedError" for error in failures
+    ):  # a step that failed of itself, not by its blocking check
+        return None
+    failed = [e for e in result.get_asset_check_evaluations() if not e.passed]
+    if not failed or any(e.check_name != inbox.SANITY for e in failed):
+        return None
+    reasons = "; ".join(e.description or "" for e in failed)
+    return f"failed its sanity check, it never feeds tuning (`difftune batches list` shows it): {reasons}"
 
 
 def _failed(label: str, result) -> Failure:

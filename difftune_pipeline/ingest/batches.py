@@ -130,7 +130,8 @@ def _ingest(batch: _Batch, db: Path, engine: Engine, expected: str | None = None
             problems = []
             if batch.kind == "measurements":  # judged before it is usable: never usable unjudged
                 implausible = ingestion.implausible_measurements(con, expected, sanity.MAX_IPC)
-                problems = sanity.problems(source, n_read, batch.n_ingested, batch.n_quarantined, implausible)
+                median = ingestion.median_ipc(con, expected)
+                problems = sanity.problems(source, n_read, batch.n_ingested, batch.n_quarantined, implausible, median)
             counts = (n_read, batch.n_ingested, batch.n_quarantined)
             finished = batch_state.finish_batch(con, expected, me, counts, problems, connection.now())
         if not finished:

@@ -142,16 +142,19 @@ def batches(db: Db) -> pl.DataFrame:
     )
 
 
-def drop_batch(con: duckdb.DuckDBPyConnection, batch_id: str, reason: str) -> dict:
+def drop_batch(con: duckdb.DuckDBPyConnection, batch_id: str, reason: str, uarch: str | None = None) -> dict:
     """Withdraw a measurement batch: its measurements are deleted (each batch has
     its own rows), its row stays with status 'dropped' (so its bytes are never
     ingested again) and its quarantined lines stay. Blocks stay: other batches may
     share them. Corpus batches are not withdrawn: a later file of the same
-    application may have supplied the same rows, which carry the first batch's id."""
-    found = con.execute("SELECT kind, status FROM batches WHERE batch_id = ?", [batch_id]).fetchall()
+    application may have supplied the same rows, which carry the first batch's id.
+    ``uarch``: the µarch the caller named it by (an inbox partition's), which must be its own."""
+    found = con.execute("SELECT kind, status, uarch FROM batches WHERE batch_id = ?", [batch_id]).fetchall()
     if not found:
         raise KeyError(f"no batch {batch_id!r} in the warehouse (see `difftune batches list`)")
-    kind, status = found[0]
+    kind, status, own = found[0]
+    if uarch is not None and uarch != own:
+        raise KeyError(f"batch {batch_id} holds {own or 'no µarch'}'s measurements, not {uarch}'s: nothing dropped")
     if kind != "measurements":
         raise ValueError(f"batch {batch_id} is a {kind} batch: only measurement batches can be dropped")
     if status == "dropped":

@@ -81,6 +81,16 @@ def implausible_measurements(con: duckdb.DuckDBPyConnection, batch_id: str, max_
     )
 
 
+def median_ipc(con: duckdb.DuckDBPyConnection, batch_id: str) -> float | None:
+    """The median instructions per cycle of a batch's measurements (None: it has none)."""
+    return scalar(
+        con,
+        "SELECT median(100.0 * b.n_insts / m.cycles_per_100) FROM measurements m JOIN blocks b USING (block_id) "
+        "WHERE m.batch_id = ?",
+        [batch_id],
+    )
+
+
 def quarantine_reasons(db: Db, top: int = 20) -> pl.DataFrame:
     """The commonest reasons, numbers folded so that similar reasons count together."""
     return query(

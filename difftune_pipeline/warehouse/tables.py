@@ -29,8 +29,13 @@ def save_table(
     space_id: str | None = None,
     note: str | None = None,
 ) -> bool:
-    """Record a parameter table and its values; returns False when ``table_id`` is already stored."""
-    if scalar(con, "SELECT count(*) FROM param_tables WHERE table_id = ?", [table_id]):
+    """Record a parameter table and its values; returns False when ``table_id`` is
+    already stored, as a table of the same kind (another kind under the id is an
+    error: a step would otherwise take, say, an imported table for its own)."""
+    stored = scalar(con, "SELECT kind FROM param_tables WHERE table_id = ?", [table_id])
+    if stored is not None and stored != kind:
+        raise ValueError(f"table id {table_id!r} holds a table of kind {stored!r}, not {kind!r}: nothing stored")
+    if stored is not None:
         return False
     scalar(
         con,
