@@ -110,6 +110,16 @@ def test_sql_reads_and_cannot_write(cli_env, haswell):
     assert json.loads(runner.invoke(app, ["sql", "select hex from blocks", "--json"]).stdout) == [{"hex": "4801d8"}]
     result = runner.invoke(app, ["sql", "delete from blocks"])
     assert result.exit_code == 2 and "read-only" in result.output
+    refused = {  # what DuckDB calls MULTI, LOAD and CALL, in a user's words
+        "pivot blocks on status using count(*)": "list them, PIVOT t ON c IN (...)",
+        "install httpfs": "not INSTALL or LOAD",
+        "checkpoint": "not CALL or CHECKPOINT",
+    }
+    for sql, words in refused.items():
+        result = runner.invoke(app, ["sql", sql])
+        assert result.exit_code == 2 and words in result.output, result.output
+    pivot = runner.invoke(app, ["sql", "pivot (select status from blocks) on status in ('ok') using count(*)", "--csv"])
+    assert pivot.exit_code == 0 and pivot.stdout.splitlines() == ["ok", "1"], pivot.output
     assert runner.invoke(app, ["sql", "select count(*) as n from blocks", "--csv"]).stdout.splitlines() == ["n", "1"]
 
 
@@ -140,6 +150,8 @@ def test_params_export_of_stored_tables(cli_env, haswell):
         assert json.loads(out.read_text())["opcodes"]["IMUL64rr"]["latency"] == [9]
     result = runner.invoke(app, ["params", "export", "--table", "nope", "--out", str(out)])
     assert result.exit_code == 2 and "no parameter table 'nope'" in result.output
+    other = runner.invoke(app, ["params", "export", "--table", "learned-test", "--mcpu", "skylake", "--out", str(out)])
+    assert other.exit_code == 2 and "learned-test is a table of -mcpu=haswell, not skylake" in other.output
 
 
 @pytest.mark.slow

@@ -43,7 +43,9 @@ TableRef = Annotated[
 @params_app.command("export")
 def params_export(
     out: Annotated[Path, typer.Option(help="JSON file to write")],
-    mcpu: str = "haswell",
+    mcpu: Annotated[
+        str | None, typer.Option(help="LLVM CPU name (default haswell); a stored table must be of it")
+    ] = None,
     table: Annotated[
         str,
         typer.Option(
@@ -54,7 +56,9 @@ def params_export(
 ) -> None:
     """Write a parameter table as JSON that the engine imports."""
     with user_errors():
-        name, t = resolve_table(table, mcpu, warehouse)
+        name, t = resolve_table(table, mcpu or "haswell", warehouse)
+        if mcpu is not None and t.mcpu != mcpu:
+            raise ValueError(f"{name} is a table of -mcpu={t.mcpu}, not {mcpu}")
         out.parent.mkdir(parents=True, exist_ok=True)
         t.to_json(out)
     console.print(

@@ -29,6 +29,14 @@ DEFAULT_QUERY_TEMP = "8GB"
 EXPLAIN = re.compile(r"^\s*explain\s+(analy[sz]e\s+)?", re.IGNORECASE)
 
 
+# DuckDB's names of the kinds of statement that read as something else to a user.
+STATEMENTS = {
+    "MULTI": "a PIVOT whose values DuckDB finds first (list them, PIVOT t ON c IN (...), and it is a query)",
+    "LOAD": "INSTALL or LOAD",
+    "CALL": "CALL or CHECKPOINT",
+}
+
+
 def _one_statement(sql: str) -> duckdb.StatementType:
     try:
         statements = duckdb.extract_statements(sql)
@@ -71,7 +79,7 @@ def user_query(
     if kind != duckdb.StatementType.SELECT:
         raise PermissionError(
             f"the warehouse is read-only here: only queries (SELECT, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN) "
-            f"run, not {kind.name}"
+            f"run, not {STATEMENTS.get(kind.name, kind.name)}"
         )
     with _spill_folder(Path(path)) as spill:
         settings = {"memory_limit": limits.memory, "max_temp_directory_size": limits.temp, "temp_directory": spill}
