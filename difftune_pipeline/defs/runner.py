@@ -121,7 +121,8 @@ def run(plan: Plan, uarchs: list[str] | None, report: Callable[[Event], None]) -
         for i, (group_keys, partitions_def) in enumerate(groups):
             # partitions are read when their asset's turn comes: ingestion adds the µarchs
             partitions = [None] if partitions_def is None else _partitions(partitions_def, instance, uarchs)
-            if getattr(partitions_def, "name", None) == inbox.BATCHES.name:  # only the inbox's batches to read
+            batches = getattr(partitions_def, "name", None) == inbox.BATCHES.name
+            if batches:  # only the inbox's batches to read
                 partitions = [p for p in partitions if p in inbox_tags]
             narrowed |= partitions_def is not None
             matched |= {u for u in uarchs or [] if any(_uarch_of(p, partitions_def) == u for p in partitions)}
@@ -148,7 +149,7 @@ def run(plan: Plan, uarchs: list[str] | None, report: Callable[[Event], None]) -
                     for event in result.get_asset_materialization_events():
                         if (warning := event.materialization.metadata.get("warning")) is not None:
                             report(Notice(f"{label}: {warning.value}", warning=True))
-                    if not result.success and (why := _insane_batch(result, partitions_def)) is not None:
+                    if not result.success and batches and (why := _insane_batch(result)) is not None:
                         report(Notice(f"{label}: {why}", warning=True))
                     elif not result.success:
                         return _failed(label, result)
@@ -184,15 +185,13 @@ def root_message(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(cause).__name__
 
 
-def _insane_batch(result, partitions_def) -> str | None:
-    """Why an inbox batch failed its sanity check, where that is all that failed in its
-    run (None otherwise): it is settled and never feeds tuning, so the batches after it
+def _insane_batch(result) -> str | None:
+    """Why an inbox batch's run failed, where its sanity check failing is all that failed
+    (None otherwise): the batch is settled and never feeds tuning, so the batches after it
     are read and the steps after ingestion go on, as the daemon's would."""
     failures = [e.step_failure_data.error for e in result.all_events if e.is_step_failure]
-    if getattr(partitions_def, "name", None) != inbox.BATCHES.name or any(
-        error is None or error.cls_name != "DagsterAssetCheckFailedError" for error in failures
-    ):  # a step that failed of itself, not by its blocking check
-        return None
+    if any(error is None or error.cls_name != "DagsterAssetCheckFailedError" for error in failures):
+        return None  # a step that failed of itself, not by its blocking check
     failed = [e for e in result.get_asset_check_evaluations() if not e.passed]
     if not failed or any(e.check_name != inbox.SANITY for e in failed):
         return None

@@ -129,8 +129,7 @@ def _ingest(batch: _Batch, db: Path, engine: Engine, expected: str | None = None
         with writer(db, INGEST_MEMORY) as con:
             problems = []
             if batch.kind == "measurements":  # judged before it is usable: never usable unjudged
-                implausible = ingestion.implausible_measurements(con, expected, sanity.MAX_IPC)
-                median = ingestion.median_ipc(con, expected)
+                implausible, median = ingestion.ipc_figures(con, expected, sanity.MAX_IPC)
                 problems = sanity.problems(source, n_read, batch.n_ingested, batch.n_quarantined, implausible, median)
             counts = (n_read, batch.n_ingested, batch.n_quarantined)
             finished = batch_state.finish_batch(con, expected, me, counts, problems, connection.now())

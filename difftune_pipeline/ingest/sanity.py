@@ -26,11 +26,11 @@ def problems(
     n_ingested: int,
     n_quarantined: int,
     n_implausible: int,
-    median_ipc: float | None = None,
+    median_ipc: float | None,
 ) -> list[str]:
     """Why a batch is not sane (nothing when it is). ``n_implausible``: its
     measurements above ``MAX_IPC`` instructions per cycle; ``median_ipc``: their
-    median instructions per cycle (None: not judged)."""
+    median instructions per cycle (None: it has none)."""
     out = []
     if n_ingested == 0:
         out.append(f"{source_file}: no row became a measurement")

@@ -71,24 +71,16 @@ def exactness_sample(db: Db, uarch: str, n: int = 40) -> list[str]:
     return frame["hex"].to_list()
 
 
-def implausible_measurements(con: duckdb.DuckDBPyConnection, batch_id: str, max_ipc: float) -> int:
-    """How many measurements of a batch are above ``max_ipc`` instructions per cycle."""
-    return scalar(
-        con,
-        "SELECT count(*) FROM measurements m JOIN blocks b USING (block_id) "
-        "WHERE m.batch_id = ? AND 100.0 * b.n_insts / m.cycles_per_100 > ?",
-        [batch_id, max_ipc],
-    )
-
-
-def median_ipc(con: duckdb.DuckDBPyConnection, batch_id: str) -> float | None:
-    """The median instructions per cycle of a batch's measurements (None: it has none)."""
-    return scalar(
-        con,
-        "SELECT median(100.0 * b.n_insts / m.cycles_per_100) FROM measurements m JOIN blocks b USING (block_id) "
-        "WHERE m.batch_id = ?",
-        [batch_id],
-    )
+def ipc_figures(con: duckdb.DuckDBPyConnection, batch_id: str, max_ipc: float) -> tuple[int, float | None]:
+    """How many measurements of a batch are above ``max_ipc`` instructions per cycle, and
+    their median instructions per cycle (None: it has none), in one scan."""
+    n, median = con.execute(
+        "SELECT count(*) FILTER (WHERE ipc > ?), median(ipc) FROM ("
+        "SELECT 100.0 * b.n_insts / m.cycles_per_100 AS ipc FROM measurements m JOIN blocks b USING (block_id) "
+        "WHERE m.batch_id = ?)",
+        [max_ipc, batch_id],
+    ).fetchone()
+    return n, median
 
 
 def quarantine_reasons(db: Db, top: int = 20) -> pl.DataFrame:
