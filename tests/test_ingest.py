@@ -359,7 +359,8 @@ def test_a_file_rewritten_by_a_writer_while_it_is_read_leaves_nothing(haswell, w
     again = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
     assert again.batch_id == summary.batch_id and again.status == "ok" and not again.already_ingested
     assert (again.n_read, again.n_ingested, again.n_quarantined) == (302, 300, 2)
-    assert _usable(warehouse) == 320
+    assert _usable(warehouse) == 300  # the file's bytes now: the small batch they replace is withdrawn
+    assert f"batch {small.batch_id}, whose 20 measurements this batch replaces" in again.note
     assert _count(warehouse, "SELECT count(*) FROM quarantine") == 4
 
 
@@ -456,6 +457,34 @@ def test_a_batch_a_hundred_times_too_slow_fails_its_sanity_check(haswell, wareho
     few = tmp_path / "few.per_iteration.csv"  # too few for a median to say anything: judged as before
     few.write_text("".join(f"{h},{c}\n" for h, c in sample_rows[60:65]))
     assert ingest.ingest_measurements(few, "haswell", warehouse, haswell, unit="cycles_per_iteration").status == "ok"
+
+
+def test_a_file_rewritten_after_it_was_ingested_replaces_its_earlier_batch(haswell, warehouse, tmp_path, sample_rows):
+    """A file that now holds other bytes (corrected values, a damaged copy of the same
+    size) is a new batch, and its earlier batch is withdrawn in the same transaction:
+    the file's measurements are the new ones, never both averaged, and the note says so.
+    Another file with the same blocks is another measurement, and stays."""
+    path, other = tmp_path / "hsw.csv", tmp_path / "other.csv"
+    path.write_text("".join(f"{h},{c}\n" for h, c in sample_rows[:30]))
+    other.write_text("".join(f"{h},{c}\n" for h, c in reversed(sample_rows[:30])))  # other bytes, same blocks
+    first = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+    kept = ingest.ingest_measurements(other, "haswell", warehouse, haswell)
+    path.write_text("".join(f"{h},{float(c) + 1}\n" for h, c in sample_rows[:30]))  # same size or not: other bytes
+    second = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+    assert (first.status, second.status, second.n_ingested) == ("ok", "ok", 30)
+    assert f"batch {first.batch_id}, whose 30 measurements this batch replaces" in second.note
+    rows = store.query("SELECT batch_id, status, status_reason FROM batches ORDER BY ingested_at", warehouse).rows()
+    why = f"replaced by batch {second.batch_id}: its file now holds other bytes"
+    assert rows[0] == (first.batch_id, "dropped", why)
+    assert [r[1] for r in rows[1:]] == ["ok", "ok"]
+    usable = store.query("SELECT batch_id, count(*) FROM usable_measurements GROUP BY 1 ORDER BY 1", warehouse).rows()
+    assert sorted(usable) == sorted([(kept.batch_id, 30), (second.batch_id, 30)])
+    path.write_text("".join(f"{h},{c}\n" for h, c in sample_rows[:30]))  # the first bytes again: withdrawn for good
+    assert ingest.ingest_measurements(path, "haswell", warehouse, haswell).already_ingested
+    bad = tmp_path / "hsw.csv"  # bytes that fail their sanity check replace nothing
+    bad.write_text("".join(f"{h},{float(c) / 100:g}\n" for h, c in sample_rows[:30]))
+    assert ingest.ingest_measurements(bad, "haswell", warehouse, haswell).status == "failed_sanity"
+    assert store.query("SELECT status FROM batches WHERE batch_id = ?", warehouse, [second.batch_id]).item() == "ok"
 
 
 def _between_chunks(monkeypatch, action, at: int = 1):

@@ -36,7 +36,7 @@ class BatchSummary:
     n_quarantined: int
     already_ingested: bool = False
     status: str = "ok"  # ok | failed_sanity | dropped | changed | vanished (ingesting while it is read)
-    note: str | None = None  # one line for the user: why nothing was ingested
+    note: str | None = None  # one line for the user: why nothing was ingested, or what it replaced
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -133,9 +133,16 @@ def _ingest(batch: _Batch, db: Path, engine: Engine, expected: str | None = None
                 problems = sanity.problems(source, n_read, batch.n_ingested, batch.n_quarantined, implausible, median)
             counts = (n_read, batch.n_ingested, batch.n_quarantined)
             finished = batch_state.finish_batch(con, expected, me, counts, problems, connection.now())
+            # usable in the same transaction as the earlier bytes of its file are withdrawn
+            replaced = batch_state.replace_earlier(con, expected) if finished and not problems else []
         if not finished:
             return _superseded(db, expected, batch)
-        return BatchSummary(expected, batch.kind, source, *counts, status="failed_sanity" if problems else "ok")
+        note = "; ".join(
+            f"{source} was ingested before as batch {old}, whose {rows} measurements this batch replaces"
+            for old, rows in replaced
+        )
+        status = "failed_sanity" if problems else "ok"
+        return BatchSummary(expected, batch.kind, source, *counts, status=status, note=note or None)
 
 
 class _Superseded(Exception):

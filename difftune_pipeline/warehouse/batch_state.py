@@ -93,6 +93,20 @@ def finish_batch(
     )
 
 
+def replace_earlier(con: duckdb.DuckDBPyConnection, batch_id: str) -> list[tuple[str, int]]:
+    """Withdraw the usable measurement batches read before from the file ``batch_id`` was
+    read from (same path, same µarch): the file now holds other bytes, so its measurements
+    are these, not both averaged. Returns (batch id, rows withdrawn) of each."""
+    earlier = con.execute(
+        "SELECT o.batch_id FROM batches o JOIN batches n ON o.source_file = n.source_file AND o.uarch = n.uarch "
+        "WHERE n.batch_id = ? AND n.kind = 'measurements' AND o.kind = 'measurements' AND o.status = 'ok' "
+        "AND o.batch_id <> n.batch_id ORDER BY o.batch_id",
+        [batch_id],
+    ).fetchall()
+    reason = f"replaced by batch {batch_id}: its file now holds other bytes"
+    return [(old, drop_batch(con, old, reason)["rows_removed"]) for (old,) in earlier]
+
+
 def record_unread(con: duckdb.DuckDBPyConnection, batch_id: str, source: BatchSource, status: str, reason: str) -> None:
     """A batch that ingested nothing because its bytes were gone or changed when read
     (``status`` changed | vanished), with ``reason``."""
