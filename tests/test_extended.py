@@ -481,6 +481,7 @@ def test_a_load_that_4k_aliases_a_store_on_bhives_one_physical_page_waits_for_it
 
 
 AHEAD = "movq (%rbp), %rdx\nmovq %rax, (%rdx)\nmovq (%rbx), %rcx\naddq %rcx, %rax"
+AHEAD_FOLDED = "movq (%rbp), %rdx\nmovq %rax, (%rdx)\naddq (%rbx), %rax"
 
 
 @pytest.mark.parametrize("mcpu", ["ivybridge", "haswell", "skylake"])
@@ -506,6 +507,17 @@ def test_a_load_that_runs_ahead_of_the_store_it_reads_is_issued_again(mcpu):
         per_iteration(AHEAD, m, **g) for m, g in ((("memory",), {}), (on, {}), (on, {"memory_ordering_penalty": 10}))
     )
     assert off == 7.0 and 7.0 < five < ten < 12.5  # not every iteration's load gets ahead
+
+    def cycles(asm, mechanisms, **globals_):  # the first 10 iterations, where every load gets ahead
+        block = engine.parse_asm(asm)
+        block = harness.accesses(block, "bhive").attach(block)
+        table = model(engine.default_table(), mechanisms, "bhive", **globals_)
+        return int(engine.simulate([block], table, iterations=10).cycles[0])
+
+    # a folded load's load is issued again as a load's is: it starts once the data comes
+    for m, g in ((("memory",), {}), (on, {}), (on, {"memory_ordering_penalty": 10})):
+        assert cycles(AHEAD_FOLDED, (*m, "folded_load"), **g) == cycles(AHEAD, m, **g), (m, g)
+    assert cycles(AHEAD, on) - cycles(AHEAD, ("memory",)) == 10 * 5
     for asm in (
         "movq %rax, (%rbp)\nmovq (%rbx), %rcx\naddq %rcx, %rax",  # the store's address known first
         "movq (%rbp), %rdx\nmovq %rax, (%rdx)\nmovq (%rdx), %rcx\naddq %rcx, %rax",  # both known at once

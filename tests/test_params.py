@@ -66,6 +66,24 @@ def test_a_new_engine_revision_renames_extended_tables_and_spaces(haswell, space
     assert (default.fingerprint(), space.fingerprint()) == plain  # llvm-mca's model is LLVM's own
 
 
+def test_a_mechanisms_own_revision_renames_only_the_tables_that_turn_it_on(haswell, space_and_default, monkeypatch):
+    """A fix to one mechanism re-simulates the tables and spaces that turn it on, and
+    leaves the others' stored results theirs."""
+    from difftune_pipeline.engine import mechanisms
+
+    space, default, _ = space_and_default
+    tables = [default.with_model(on, "bhive") for on in (("memory", "memory_ordering"), ("memory", "locked"))]
+
+    def ids():
+        return [(t.fingerprint(), ParamSpace.create(space.keys, haswell, t).fingerprint()) for t in tables]
+
+    (with_it, without) = ids()
+    monkeypatch.setitem(mechanisms.REVISIONS, "memory_ordering", mechanisms.REVISIONS["memory_ordering"] + 1)
+    renamed, kept = ids()
+    assert renamed[0] != with_it[0] and renamed[1] != with_it[1]
+    assert kept == without
+
+
 def test_difftune_preset_ranges(space_and_default):
     space, default, _ = space_and_default
     m, g = space.sample("difftune", 0, default)

@@ -155,3 +155,8 @@ def name(mechanisms, harness: str) -> str:
     if not mechanisms:
         return PLAIN
     return "+".join([PLAIN, *mechanisms]) + (f"@{harness}" if "memory" in mechanisms and harness != "none" else "")
+
+
+def named(model: str) -> tuple[str, ...]:
+    """The mechanisms a model ``name`` gave names (none for llvm-mca)."""
+    return tuple(model.split("@")[0].split("+")[1:])

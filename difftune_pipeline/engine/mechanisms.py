@@ -6,18 +6,17 @@ read them from here.
   cycle, decoders (one complex; before Skylake not the last for a fusible instruction), the µop
   queue and the issue width, macro-fusion (cmp/test+jcc) and micro-fusion, and
   the predecoder's stall on a length-changing prefix (66h with a 16-bit immediate).
-- ``complex_decoder`` (Skylake): a register-form CMOVcc or SETcc (the
-  generation's ``complex_decoder`` opcodes) is decoded by the first decoder
-  alone, as an instruction of more than one µop is, though it issues as one
-  (with ``front_end``).
+- ``complex_decoder`` (Skylake): a register-form CMOVcc or SETcc (the generation's
+  ``complex_decoder`` opcodes) is decoded by the first decoder alone, as an instruction of
+  more than one µop is, though it issues as one (with ``front_end``).
 - ``memory``: a load waits for the youngest older store to its bytes (once the
   store's data is ready, plus a store-to-load forwarding latency) or for one
   whose address it 4K-aliases (a penalty), at the addresses a harness model
   gives (see ``difftune_pipeline.harness``).
-- ``stack_engine``: push and pop leave no dependency chain through RSP (each
-  waits only for the last explicit write of RSP, whose value its address is
-  offset from), and push/pop/call/ret no µop to update it; an explicit use of RSP
-  after them costs a sync µop, which also sits in the RSP chain (one cycle each).
+- ``stack_engine``: push and pop leave no dependency chain through RSP (each waits only for
+  the last explicit write of RSP, whose value its address is offset from), and push/pop/call/ret
+  no µop to update it; an explicit use of RSP after them costs a sync µop, which also sits in
+  the RSP chain (one cycle each).
 - ``move_elimination``: register-to-register moves are renamed away (no µop,
   no latency), a limited number a cycle.
 - ``locked`` (Intel): a locked instruction (a lock prefix, or xchg with memory)
@@ -25,10 +24,9 @@ read them from here.
 - ``zero_shift`` (AMD Zen+): an instruction that reads the flags a zero-count
   shift or rotate left waits, once every older instruction has retired, for an
   assist of a number of cycles.
-- ``partial_register`` (Intel): an instruction that writes the low 8 or 16 bits
-  of a general-purpose register without reading them (``movb $1, %al``,
-  ``sete %al``; not a load, not a zero idiom) waits for the full register, as it
-  merges into it.
+- ``partial_register`` (Intel): an instruction that writes the low 8 or 16 bits of a
+  general-purpose register without reading them (``movb $1, %al``, ``sete %al``; not a load,
+  not a zero idiom) waits for the full register, as it merges into it.
 - ``x87_stack`` (Intel): an x87 instruction that reads an empty register of the
   x87 stack or pushes onto a full one (the stack followed from empty, as BHive's
   harness leaves it, until it settles) issues once every older instruction has
@@ -267,13 +265,19 @@ _ON_ADDRESSES = (
     "memory_ordering",
 )
 REQUIRES: dict[str, tuple[str, ...]] = {**dict.fromkeys(_ON_ADDRESSES, ("memory",)), "complex_decoder": ("front_end",)}
-# What the mechanisms simulate, versioned: a table's id and a parameter space's id
-# under the extended model name it, so that results stored by an engine whose
-# mechanisms simulated differently are never taken for this one's. Bump it with
-# any change to what a mechanism simulates; a new mechanism needs none (the
-# tables that turn it on name it, and the others simulate as before), so the
-# µarchs it is not on keep their tables and draws.
+# What the mechanisms simulate, versioned: tables' and spaces' ids under the extended
+# model name it, so results of an engine that simulated differently are never reused.
+# Bump REVISION with a change all such tables feel (the memory unit, the stages), a
+# mechanism's own number with a change to it alone (only the tables that turn it on
+# are renamed); a new mechanism needs neither.
 REVISION = 17
+REVISIONS: dict[str, int] = {"memory_ordering": 1}
+
+
+def revision(mechanisms) -> int | list:
+    """REVISION, with the own numbers of ``mechanisms`` that have one."""
+    own = {m: REVISIONS[m] for m in sorted(mechanisms) if m in REVISIONS}
+    return [REVISION, own] if own else REVISION
 
 
 def issue_width(generation: str) -> int:

@@ -164,7 +164,7 @@ class ParamTable:
 
     # ---- comparisons ------------------------------------------------------
     def fingerprint(self) -> str:
-        doc = self.to_dict() | ({"revision": mechanisms.REVISION} if self.mechanisms else {})
+        doc = self.to_dict() | ({"revision": mechanisms.revision(self.mechanisms)} if self.mechanisms else {})
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
     def changed_rows(self, base: ParamTable) -> dict[str, dict]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from difftune_pipeline.engine import LIMITS, Engine, mechanisms
+from difftune_pipeline.engine import LIMITS, Engine, extended, mechanisms
 from difftune_pipeline.engine.extended import PLAIN
 from difftune_pipeline.engine.table import GLOBALS, ParamTable
 
@@ -72,7 +72,8 @@ class ParamSpace:
 
     def fingerprint(self) -> str:
         # llvm-mca's spaces keep their ids: LLVM's own model is fixed by the LLVM version
-        extra = [self.globals, self.model, self.origin, mechanisms.REVISION] if self.model != PLAIN else []
+        revision = mechanisms.revision(extended.named(self.model))
+        extra = [self.globals, self.model, self.origin, revision] if self.model != PLAIN else []
         text = json.dumps([self.keys, self.resources, *extra])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
