@@ -497,22 +497,23 @@ def test_a_load_that_runs_ahead_of_the_store_it_reads_is_issued_again(mcpu):
     on = ("memory", "memory_ordering")
     assert model(engine.default_table(), on, "bhive").globals["memory_ordering_penalty"] == 5
 
-    def per_iteration(asm, mechanisms, **globals_):
+    def simulate(asm, mechanisms, iterations=100, **globals_):
         block = engine.parse_asm(asm)
         block = harness.accesses(block, "bhive").attach(block)
-        table = model(engine.default_table(), mechanisms, "bhive", **globals_)
-        return float(engine.simulate([block], table).steady[0]) / 100
+        return engine.simulate(
+            [block], model(engine.default_table(), mechanisms, "bhive", **globals_), iterations=iterations
+        )
+
+    def per_iteration(asm, mechanisms, **globals_):
+        return float(simulate(asm, mechanisms, **globals_).steady[0]) / 100
+
+    def cycles(asm, mechanisms, **globals_):  # the first 10 iterations, where every load gets ahead
+        return int(simulate(asm, mechanisms, 10, **globals_).cycles[0])
 
     off, five, ten = (
         per_iteration(AHEAD, m, **g) for m, g in ((("memory",), {}), (on, {}), (on, {"memory_ordering_penalty": 10}))
     )
     assert off == 7.0 and 7.0 < five < ten < 12.5  # not every iteration's load gets ahead
-
-    def cycles(asm, mechanisms, **globals_):  # the first 10 iterations, where every load gets ahead
-        block = engine.parse_asm(asm)
-        block = harness.accesses(block, "bhive").attach(block)
-        table = model(engine.default_table(), mechanisms, "bhive", **globals_)
-        return int(engine.simulate([block], table, iterations=10).cycles[0])
 
     # a folded load's load is issued again as a load's is: it starts once the data comes
     for m, g in ((("memory",), {}), (on, {}), (on, {"memory_ordering_penalty": 10})):
