@@ -522,9 +522,11 @@ def test_a_load_that_runs_ahead_of_the_store_it_reads_is_issued_again(mcpu):
     for asm in (
         "movq %rax, (%rbp)\nmovq (%rbx), %rcx\naddq %rcx, %rax",  # the store's address known first
         "movq (%rbp), %rdx\nmovq %rax, (%rdx)\nmovq (%rdx), %rcx\naddq %rcx, %rax",  # both known at once
+        "movq (%rbp), %rdx\nmovq $1, (%rdx)\nmovq (%rdx), %rcx\naddq %rcx, %rax",  # at once, the data first
         "movq (%rbp), %rdx\nmovq %rax, (%rdx)\nmovq 8(%rbx), %rcx\naddq %rcx, %rax",  # bytes apart
     ):
         assert per_iteration(asm, on) == per_iteration(asm, ("memory",)), asm
+        assert cycles(asm, on) == cycles(asm, ("memory",)), asm  # the first iterations too
     assert "memory_ordering" not in extended.optional("znver1")
     with pytest.raises(InvalidTable, match="memory_ordering needs memory on"):
         engine.compile(model(engine.default_table(), ("memory_ordering",), "bhive"))

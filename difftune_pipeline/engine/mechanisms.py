@@ -271,7 +271,7 @@ REQUIRES: dict[str, tuple[str, ...]] = {**dict.fromkeys(_ON_ADDRESSES, ("memory"
 # mechanism's own number with a change to it alone (only the tables that turn it on
 # are renamed); a new mechanism needs neither.
 REVISION = 17
-REVISIONS: dict[str, int] = {"memory_ordering": 1}
+REVISIONS: dict[str, int] = {"memory_ordering": 2}
 
 
 def revision(mechanisms) -> int | list:

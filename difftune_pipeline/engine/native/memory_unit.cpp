@@ -210,11 +210,13 @@ void MemoryUnit::onInstructionIssued(const mca::InstRef &IR) {
     const int Ready = I.getMayLoad() ? std::max(I.getCyclesLeft() - 1, 1) : 1;
     schedule(S->Forward, unsigned(Ready) + ForwardDelay, IR.getSourceIndex());
     S->Issued = true;
-    // a load that ran ahead of it is issued again once its data is ready
+    // a load that ran ahead of it is issued again once its data is ready; one the
+    // watch has not seen ahead (both addresses resolved this cycle, or the load's
+    // not yet) only waits for the data
     for (Overtake &O : Overtakes)
       if (O.Load && O.StoreGroup == S->Group) {
         getGroup(O.StandIn).onInstructionIssued(IR);
-        schedule(O.StandIn, unsigned(Ready) + ForwardDelay + OrderingDelay, IR.getSourceIndex());
+        schedule(O.StandIn, unsigned(Ready) + ForwardDelay + (O.Ahead ? OrderingDelay : 0), IR.getSourceIndex());
         O.Load = nullptr;
       }
   }

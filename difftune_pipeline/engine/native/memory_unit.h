@@ -65,7 +65,8 @@ class MemoryUnit final : public llvm::mca::LSUnitBase {
   // A load that reads the youngest older store of its bytes before that store
   // has issued, watched (memory_ordering) until the store's address is known:
   // the load waits for StandIn, which completes at once when the store's address
-  // came first, or OrderingDelay cycles after the store's data when the load's did.
+  // came first, with the store's data when both came in one cycle, or
+  // OrderingDelay cycles after the store's data when the load's came first.
   struct Overtake {
     const llvm::mca::Instruction *Load = nullptr, *Store = nullptr;  // Load null: settled
     unsigned StoreGroup = 0, StandIn = 0, LoadIndex = 0, StoreIndex = 0;
