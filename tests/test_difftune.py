@@ -457,6 +457,18 @@ def test_a_table_learned_under_one_model_is_not_read_back_under_another(simulate
     assert tables.load_table(simulated.db, other.table_id).model == "llvm-mca"
 
 
+def test_under_llvm_mcas_own_model_the_default_table_is_llvm_mca_as_shipped(simulated):
+    """Under llvm-mca's model LLVM's table is both the default and llvm-mca as shipped: the
+    evaluation compares it under the one id the default step stored it under."""
+    plain = steps.StepContext(simulated.db, simulated.engine, override(TINY, {"tuner": "direct", "model": "llvm-mca"}))
+    default = steps.default_params(plain)
+    steps.learn(plain, log=lambda *_: None)
+    evaluated = steps.evaluate_latest(plain)
+    assert evaluated.model == "llvm-mca" and evaluated.tables["llvm-mca"] == evaluated.tables["default"] == default.table_id
+    kinds = store.query("SELECT kind FROM param_tables WHERE table_id = ?", simulated.db, [default.table_id])
+    assert kinds["kind"].to_list() == ["default"]
+
+
 @pytest.mark.slow
 def test_a_tuning_change_reuses_the_surrogate_and_relearns(simulated):
     ctx = simulated

@@ -177,8 +177,9 @@ def evaluate_latest(ctx: StepContext) -> Evaluated:
     if learned_id is None:
         raise ValueError(f"no learned table for {ctx.uarch}: materialise learned_params first")
     compared = {"llvm-mca": llvm_id, "default": default_id, "learned": learned_id}
-    with writer(ctx.db) as con:
-        tables.save_table(con, llvm_id, llvm, kind="baseline", note="llvm-mca as shipped: LLVM's table and model")
+    if llvm_id != default_id:  # under llvm-mca's own model the default table is llvm-mca as shipped
+        with writer(ctx.db) as con:
+            tables.save_table(con, llvm_id, llvm, kind="baseline", note="llvm-mca as shipped: LLVM's table and model")
     evaluations = evaluate(ctx, list(dict.fromkeys(compared.values())))
     measure = ctx.settings.measure
     predicted, comparison = three_tables(ctx.db, ctx.uarch, compared, evaluations, measure)
