@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import duckdb
 import polars as pl
@@ -459,7 +460,9 @@ def test_a_batch_a_hundred_times_too_slow_fails_its_sanity_check(haswell, wareho
     assert ingest.ingest_measurements(few, "haswell", warehouse, haswell, unit="cycles_per_iteration").status == "ok"
 
 
-def test_a_file_rewritten_after_it_was_ingested_replaces_its_earlier_batch(haswell, warehouse, tmp_path, sample_rows):
+def test_a_file_rewritten_after_it_was_ingested_replaces_its_earlier_batch(
+    haswell, warehouse, tmp_path, sample_rows, monkeypatch
+):
     """A file that now holds other bytes (corrected values, a damaged copy of the same
     size) is a new batch, and its earlier batch is withdrawn in the same transaction:
     the file's measurements are the new ones, never both averaged, and the note says so.
@@ -485,6 +488,10 @@ def test_a_file_rewritten_after_it_was_ingested_replaces_its_earlier_batch(haswe
     bad.write_text("".join(f"{h},{float(c) / 100:g}\n" for h, c in sample_rows[:30]))
     assert ingest.ingest_measurements(bad, "haswell", warehouse, haswell).status == "failed_sanity"
     assert store.query("SELECT status FROM batches WHERE batch_id = ?", warehouse, [second.batch_id]).item() == "ok"
+    monkeypatch.chdir(tmp_path)  # the same file named from its folder is the same file
+    path.write_text("".join(f"{h},{float(c) + 2}\n" for h, c in sample_rows[:30]))
+    third = ingest.ingest_measurements(Path("hsw.csv"), "haswell", warehouse, haswell)
+    assert f"batch {second.batch_id}, whose 30 measurements this batch replaces" in third.note
 
 
 def _between_chunks(monkeypatch, action, at: int = 1):

@@ -73,7 +73,8 @@ def batch_scope(kind: str, uarch: str | None = None, app: str | None = None, uni
 
 @dataclass
 class _Batch:
-    """What ingesting one file needs, and what it counted so far."""
+    """What ingesting one file needs, and what it counted so far. Its path is absolute:
+    a file named from another folder is the same file (its rewrite replaces its batch)."""
 
     path: Path
     kind: str
@@ -83,6 +84,9 @@ class _Batch:
     at: datetime
     n_ingested: int = 0
     n_quarantined: int = 0
+
+    def __post_init__(self) -> None:
+        self.path = self.path.absolute()
 
     @property
     def scope(self) -> str:
