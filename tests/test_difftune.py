@@ -464,7 +464,8 @@ def test_under_llvm_mcas_own_model_the_default_table_is_llvm_mca_as_shipped(simu
     default = steps.default_params(plain)
     steps.learn(plain, log=lambda *_: None)
     evaluated = steps.evaluate_latest(plain)
-    assert evaluated.model == "llvm-mca" and evaluated.tables["llvm-mca"] == evaluated.tables["default"] == default.table_id
+    assert evaluated.model == "llvm-mca"
+    assert evaluated.tables["llvm-mca"] == evaluated.tables["default"] == default.table_id
     kinds = store.query("SELECT kind FROM param_tables WHERE table_id = ?", simulated.db, [default.table_id])
     assert kinds["kind"].to_list() == ["default"]
 

@@ -174,7 +174,7 @@ unsigned MemoryUnit::dispatch(const mca::InstRef &IR) {
     if (Ordering && Read && !Read->Issued) {
       const unsigned S = standIn();
       getGroup(S).addSuccessor(&Group, true);
-      Feeds.push_back(S);  // a folded load's load starts once its data is issued again
+      Feeds.push_back(S);  // waited for as a store's data is: by a folded load's load, by bank conflicts
       Overtakes.push_back({IR.getInstruction(), Read->Inst, Read->Group, S, IR.getSourceIndex(), Read->SourceIndex});
     }
     if (const FoldedLoad *F = Folded.empty() ? nullptr : &Folded[IR.getSourceIndex() % BlockSize]; F && F->Cycles) {
