@@ -70,12 +70,13 @@ def test_a_table_is_simulated_under_its_own_model_unless_told(tmp_path):
     extended = _json(["simulate", "--asm", str(asm), "--params", str(params), "--model", "extended", "--harness",
                       "bhive", "--json"])  # fmt: skip
     assert plain["model"] == "llvm-mca" and extended["model"].startswith("llvm-mca+front_end+memory")
-    assert extended["results"][0]["cycles"] >= 5 * plain["results"][0]["cycles"]  # store -> load forwarding
+    # each load takes the store's data, forwarded (forwarded_load: 5 cycles an iteration), not llvm-mca's 1
+    assert extended["results"][0]["cycles"] >= 4 * plain["results"][0]["cycles"]
     table = ParamTable.from_json(params).with_model(("front_end", "memory"), "bhive")
     table.to_json(params)
     recorded = _json(["simulate", "--asm", str(asm), "--params", str(params), "--json"])
     assert recorded["model"] == "llvm-mca+front_end+memory@bhive"
-    assert recorded["results"][0]["cycles"] >= 5 * plain["results"][0]["cycles"]
+    assert recorded["results"][0]["cycles"] >= 5 * plain["results"][0]["cycles"]  # its own row: 6 cycles an iteration
     symbolic = _json(["simulate", "--asm", str(asm), "--params", str(params), "--harness", "none", "--json"])
     assert symbolic["results"][0]["cycles"] < 2 * plain["results"][0]["cycles"]  # (%rsi), (%rdi): no match
     refused = {

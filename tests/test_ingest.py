@@ -1,5 +1,6 @@
 """Ingestion: every row accounted for, bad rows quarantined with reasons, idempotent."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -213,6 +214,28 @@ def test_schema_migrations_are_recorded(warehouse):
     schema.migrate(con, warehouse)  # a second run changes nothing
     assert store.scalar(con, "SELECT count(*) FROM schema_version") == len(schema.MIGRATIONS)
     con.close()
+
+
+def test_batches_an_older_version_withdrew_as_replaced_are_read_again_when_their_bytes_come_back(warehouse):
+    """The version before recorded a batch its file's new bytes replaced as ``dropped``,
+    so those bytes were never read again; such a record becomes ``replaced``. One a
+    user dropped stays dropped."""
+    con = store.connect(warehouse)
+    con.execute("DELETE FROM schema_version WHERE version = ?", [len(schema.MIGRATIONS)])
+    for batch, reason in (
+        ("old", "replaced by batch new: its file now holds other bytes"),
+        ("bad", "replaced by batch new: the machine was throttled"),  # a user's own words
+    ):
+        con.execute(
+            "INSERT INTO batches (batch_id, kind, uarch, source_file, n_read, n_ingested, n_quarantined, "
+            "ingested_at, status, status_reason) VALUES (?, 'measurements', 'haswell', '/i/hsw.csv', 1, 1, 0, "
+            "now()::TIMESTAMP, 'dropped', ?)",
+            [batch, reason],
+        )
+    con.close()
+    statuses = dict(batch_state.batches(warehouse).select("batch_id", "status").rows())
+    assert statuses == {"old": "replaced", "bad": "dropped"}
+    assert _count(warehouse, "SELECT max(version) FROM schema_version") == len(schema.MIGRATIONS)
 
 
 def test_simulations_of_an_older_warehouse_are_simulated_again(warehouse):
@@ -478,20 +501,62 @@ def test_a_file_rewritten_after_it_was_ingested_replaces_its_earlier_batch(
     assert f"batch {first.batch_id}, whose 30 measurements this batch replaces" in second.note
     rows = store.query("SELECT batch_id, status, status_reason FROM batches ORDER BY ingested_at", warehouse).rows()
     why = f"replaced by batch {second.batch_id}: its file now holds other bytes"
-    assert rows[0] == (first.batch_id, "dropped", why)
+    assert rows[0] == (first.batch_id, "replaced", why)
     assert [r[1] for r in rows[1:]] == ["ok", "ok"]
-    usable = store.query("SELECT batch_id, count(*) FROM usable_measurements GROUP BY 1 ORDER BY 1", warehouse).rows()
-    assert sorted(usable) == sorted([(kept.batch_id, 30), (second.batch_id, 30)])
-    path.write_text("".join(f"{h},{c}\n" for h, c in sample_rows[:30]))  # the first bytes again: withdrawn for good
+    assert sorted(_usable_by_batch(warehouse)) == sorted([(kept.batch_id, 30), (second.batch_id, 30)])
+    path.write_text("".join(f"{h},{c}\n" for h, c in sample_rows[:30]))  # the first bytes again: they count again
+    again = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+    assert (again.batch_id, again.status, again.already_ingested) == (first.batch_id, "ok", False)
+    assert f"batch {second.batch_id}, whose 30 measurements this batch replaces" in again.note
+    assert sorted(_usable_by_batch(warehouse)) == sorted([(kept.batch_id, 30), (first.batch_id, 30)])
+    assert _count(warehouse, "SELECT count(*) FROM quarantine") == 0  # read again from nothing: no line twice
+    with store.writer(warehouse) as con:  # a batch a user withdrew stays withdrawn, whatever its file holds
+        batch_state.drop_batch(con, first.batch_id, "bad machine")
     assert ingest.ingest_measurements(path, "haswell", warehouse, haswell).already_ingested
     bad = tmp_path / "hsw.csv"  # bytes that fail their sanity check replace nothing
     bad.write_text("".join(f"{h},{float(c) / 100:g}\n" for h, c in sample_rows[:30]))
     assert ingest.ingest_measurements(bad, "haswell", warehouse, haswell).status == "failed_sanity"
-    assert store.query("SELECT status FROM batches WHERE batch_id = ?", warehouse, [second.batch_id]).item() == "ok"
+    assert (
+        store.query("SELECT status FROM batches WHERE batch_id = ?", warehouse, [second.batch_id]).item() == "replaced"
+    )
+    path.write_text("".join(f"{h},{float(c) + 1}\n" for h, c in sample_rows[:30]))  # the second bytes again
+    assert ingest.ingest_measurements(path, "haswell", warehouse, haswell).status == "ok"
     monkeypatch.chdir(tmp_path)  # the same file named from its folder is the same file
     path.write_text("".join(f"{h},{float(c) + 2}\n" for h, c in sample_rows[:30]))
     third = ingest.ingest_measurements(Path("hsw.csv"), "haswell", warehouse, haswell)
     assert f"batch {second.batch_id}, whose 30 measurements this batch replaces" in third.note
+
+
+def _usable_by_batch(warehouse) -> list[tuple]:
+    return store.query("SELECT batch_id, count(*) FROM usable_measurements GROUP BY 1", warehouse).rows()
+
+
+def test_an_older_version_of_a_file_read_while_a_newer_one_was_ingested_replaces_nothing(
+    haswell, warehouse, tmp_path, sample_rows, monkeypatch
+):
+    """Two readers of one file: the first still reads the old bytes (its open file) when
+    the file is replaced and a second reader ingests the new ones. The first's bytes
+    hash to its batch, but the file no longer holds them: it keeps nothing, rather than
+    withdraw the newer batch as the file's earlier bytes."""
+    path, new = tmp_path / "hsw.csv", tmp_path / "hsw.csv.new"
+    path.write_text(_lines_of(300))
+    new.write_text("".join(f"{h},{float(c) + 1}\n" for h, c in sample_rows[:30]))
+    newer = []
+
+    def replace_and_ingest():
+        if not newer:  # once: the second reader's own chunks pass by
+            newer.append(None)
+            os.replace(new, path)  # the first reader's open file keeps the old bytes
+            newer[0] = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+
+    _between_chunks(monkeypatch, replace_and_ingest)
+    older = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+    assert newer[0].status == "ok" and not newer[0].note
+    assert older.status == "changed" and "changed after it was read" in older.note
+    assert _usable_by_batch(warehouse) == [(newer[0].batch_id, 30)]
+    statuses = dict(store.query("SELECT batch_id, status FROM batches", warehouse).rows())
+    assert statuses == {newer[0].batch_id: "ok", older.batch_id: "changed"}
+    assert _count(warehouse, "SELECT count(*) FROM measurements") == 30  # the older reader's rows are gone
 
 
 def _between_chunks(monkeypatch, action, at: int = 1):

@@ -29,6 +29,7 @@ from difftune_pipeline.defs.resources import (
 )
 from difftune_pipeline.engine.reference import llvm_mca_many
 from difftune_pipeline.ingest import inbox
+from difftune_pipeline.warehouse import batch_state
 from difftune_pipeline.warehouse import connection as store
 
 ROWS = (SAMPLE / "bhive_hsw_sample.csv").read_text().splitlines()
@@ -351,6 +352,32 @@ def test_a_batch_whose_file_vanished_is_recorded_and_blocks_nothing(tmp_path, wa
     _ingest_batch(instance, box, warehouse, vanished, key=key)
     dropped = CliRunner().invoke(app, ["batches", "drop", key, "--warehouse", str(warehouse)])  # any state, either name
     assert dropped.exit_code == 0 and "0 measurements withdrawn" in dropped.stdout, dropped.output
+
+
+def test_a_file_gone_back_to_bytes_its_rewrite_replaced_counts_them_again(tmp_path, warehouse):
+    """A file rewritten (its new batch replaces the old) and then put back: the sensor
+    asks for the old bytes' batch again and its run reads them, so the file's
+    measurements are what it holds. A batch a user dropped is never asked for again."""
+    box, instance = tmp_path / "inbox", dg.DagsterInstance.ephemeral()
+    path = _drop(box / "haswell", "hsw.csv", ROWS[:30])
+    first, _ = _ingest_batch(instance, box, warehouse, path)
+    path = _drop(box / "haswell", "hsw.csv", ROWS[30:60])
+    second, result = _ingest_batch(instance, box, warehouse, path)
+    assert result.success and "this batch replaces" in _materialized(result)["warning"].value
+    path = _drop(box / "haswell", "hsw.csv", ROWS[:30])
+    todo, _ = pending(Inbox(path=str(box), settle_seconds=5), str(warehouse))
+    assert list(todo) == [first]
+    _, result = _ingest_batch(instance, box, warehouse, path)
+    assert result.success and _materialized(result)["status"].value == "ok"
+    usable = store.query("SELECT batch_id, count(*) FROM usable_measurements GROUP BY 1", warehouse).rows()
+    assert usable == [(first.rsplit("-", 1)[1], 30)]
+    with store.writer(warehouse) as con:
+        batch_state.drop_batch(con, first.rsplit("-", 1)[1], "bad machine")
+    assert not pending(Inbox(path=str(box), settle_seconds=5), str(warehouse))[0]
+
+
+def _materialized(result) -> dict:
+    return result.get_asset_materialization_events()[0].materialization.metadata
 
 
 def test_ingest_without_the_daemon_and_partitions_from_the_warehouse(tmp_path, monkeypatch):

@@ -18,9 +18,10 @@ def batches_list(
     warehouse: WarehouseOpt = DEFAULT_PATH,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
-    """Every batch with its status: ok, failed_sanity (never feeds tuning), dropped, or
-    changed / vanished (its file was rewritten or deleted before it was read: nothing
-    of it was kept, and its bytes, seen again, are ingested); ingesting while it is read."""
+    """Every batch with its status: ok, failed_sanity (never feeds tuning), dropped,
+    replaced (its file came to hold other bytes), or changed / vanished (its file was
+    rewritten or deleted before it was read: nothing of it was kept); the bytes of a
+    replaced, changed or vanished batch, seen again, are ingested; ingesting while it is read."""
     with user_errors():
         frame = batch_state.batches(warehouse)
     if as_json:
@@ -29,7 +30,14 @@ def batches_list(
     table = Table(title=f"{frame.height} batches in {escape(str(warehouse))}")
     for col in ("batch_id", "kind", "scope", "status", "n_read", "n_ingested", "n_quarantined", "source_file"):
         table.add_column(col, overflow="fold")
-    colour = {"ok": "green", "failed_sanity": "red", "dropped": "dim", "changed": "yellow", "vanished": "yellow"}
+    colour = {
+        "ok": "green",
+        "failed_sanity": "red",
+        "dropped": "dim",
+        "replaced": "dim",
+        "changed": "yellow",
+        "vanished": "yellow",
+    }
     for r in frame.iter_rows(named=True):
         plain = [escape(str(r[c])) for c in ("batch_id", "kind", "scope")]
         counts = [str(r[c]) for c in ("n_read", "n_ingested", "n_quarantined")]

@@ -21,7 +21,8 @@ from difftune_pipeline.warehouse import batch_state, connection, ingestion
 from difftune_pipeline.warehouse import versions as store
 
 BATCHES = dg.DynamicPartitionsDefinition(name="measurement_batches")
-# A batch in one of these states is done with: its bytes are never read again.
+# A batch in one of these states is done with: its bytes are never read again (those of
+# any other, ``batch_state.READ_AGAIN``, are when a file holds them).
 SETTLED = {"ok", "failed_sanity", "dropped"}
 
 
@@ -66,7 +67,8 @@ def measurement_batches(context: dg.AssetExecutionContext, warehouse: Warehouse,
 
 def pending(inbox: Inbox, db: str) -> tuple[dict[str, tuple[inbox_files.InboxFile, str]], list[str]]:
     """The sensor's work: the settled inbox files whose batch is to be read (new, recorded
-    unread, or left ``ingesting`` by a reader that died; not one a live reader holds),
+    unread, withdrawn as ``replaced`` by its file's other bytes, or left ``ingesting`` by a
+    reader that died; not one a live reader holds),
     by partition key, each with its version (its file's modification time and the
     batch's record: a run per version); and a line per file that is not ready, with why."""
     ready, waiting = inbox_files.scan(inbox.path, inbox.settle_seconds)

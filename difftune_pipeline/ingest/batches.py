@@ -35,15 +35,11 @@ class BatchSummary:
     n_ingested: int
     n_quarantined: int
     already_ingested: bool = False
-    status: str = "ok"  # ok | failed_sanity | dropped | changed | vanished (ingesting while it is read)
+    status: str = "ok"  # ok | failed_sanity | dropped | replaced | changed | vanished (ingesting while it is read)
     note: str | None = None  # one line for the user: why nothing was ingested, or what it replaced
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-# A batch recorded in one of these states is not (fully) ingested: its bytes, seen again, are read.
-UNREAD = ("ingesting", "changed", "vanished")
 
 
 def file_batch_id(path: Path, scope: str) -> str:
@@ -108,7 +104,8 @@ def _ingest(batch: _Batch, db: Path, engine: Engine, expected: str | None = None
     record ``ingesting`` that names its reader (``owner``), which no reader of
     ``usable_measurements`` sees; when the bytes read hash to the batch, its verdict
     makes it usable in one transaction, and when they do not (the file was rewritten
-    meanwhile), its rows are removed and it is recorded ``changed``. A batch left
+    meanwhile, or holds other bytes or another file by then), its rows are removed and
+    it is recorded ``changed``. A batch left
     ``ingesting`` by a reader that died is read again; one another reader holds is left to it."""
     source = str(batch.path)
     expected = expected or file_batch_id(batch.path, batch.scope)
@@ -116,7 +113,7 @@ def _ingest(batch: _Batch, db: Path, engine: Engine, expected: str | None = None
         with writer(db, INGEST_MEMORY) as con:
             done = batch_state.stored_batch(con, expected)
             status = done["status"] if done else None
-            if status is not None and status not in UNREAD:
+            if status is not None and status not in batch_state.READ_AGAIN:
                 counts = (done["n_read"], done["n_ingested"], done["n_quarantined"])
                 return BatchSummary(expected, batch.kind, source, *counts, already_ingested=True, status=status)
             if status == "ingesting" and not owner.abandoned(done["owner"], done["status_at"], connection.now()):
@@ -125,20 +122,25 @@ def _ingest(batch: _Batch, db: Path, engine: Engine, expected: str | None = None
             batch_state.forget_batch(con, expected)  # a record of bytes never read, or a dead reader's rows
             batch_state.begin_batch(con, expected, batch.source(source), me)
         try:
-            n_read = _read(batch, db, engine, expected, me)
+            n_read, lines = _read(batch, db, engine, expected, me)
+            with writer(db, INGEST_MEMORY) as con:
+                # in the transaction that makes it usable, which no other reader's commit interleaves:
+                # bytes the file no longer holds never replace its newer batch
+                lines.check_unchanged()
+                problems = []
+                if batch.kind == "measurements":  # judged before it is usable: never usable unjudged
+                    implausible, median = ingestion.ipc_figures(con, expected, sanity.MAX_IPC)
+                    problems = sanity.problems(
+                        source, n_read, batch.n_ingested, batch.n_quarantined, implausible, median
+                    )
+                counts = (n_read, batch.n_ingested, batch.n_quarantined)
+                finished = batch_state.finish_batch(con, expected, me, counts, problems, connection.now())
+                # usable in the same transaction as the earlier bytes of its file are withdrawn
+                replaced = batch_state.replace_earlier(con, expected) if finished and not problems else []
         except reader.FileChanged as exc:
             return record_unread(db, expected, batch, exc.status, str(exc), me)
         except _Superseded:
             return _superseded(db, expected, batch)
-        with writer(db, INGEST_MEMORY) as con:
-            problems = []
-            if batch.kind == "measurements":  # judged before it is usable: never usable unjudged
-                implausible, median = ingestion.ipc_figures(con, expected, sanity.MAX_IPC)
-                problems = sanity.problems(source, n_read, batch.n_ingested, batch.n_quarantined, implausible, median)
-            counts = (n_read, batch.n_ingested, batch.n_quarantined)
-            finished = batch_state.finish_batch(con, expected, me, counts, problems, connection.now())
-            # usable in the same transaction as the earlier bytes of its file are withdrawn
-            replaced = batch_state.replace_earlier(con, expected) if finished and not problems else []
         if not finished:
             return _superseded(db, expected, batch)
         note = "; ".join(
@@ -153,10 +155,10 @@ class _Superseded(Exception):
     """The batch being read was dropped, or taken over by another reader."""
 
 
-def _read(batch: _Batch, db: Path, engine: Engine, batch_id: str, me: str) -> int:
+def _read(batch: _Batch, db: Path, engine: Engine, batch_id: str, me: str) -> tuple[int, reader.NumberedLines]:
     """The file's lines into the warehouse, a chunk per transaction, each committed only
-    while ``me`` holds the batch; returns the lines read. ``FileChanged`` when the bytes
-    read are not the batch's, ``_Superseded`` when ``me`` no longer holds it."""
+    while ``me`` holds the batch; returns the lines read and their reader. ``FileChanged``
+    when the bytes read are not the batch's, ``_Superseded`` when ``me`` no longer holds it."""
     lines = reader.NumberedLines(batch.path, batch.scope)
     n_read, first_seen = 0, {} if batch.kind == "corpus" else None
     for chunk in lines.chunks():
@@ -170,7 +172,7 @@ def _read(batch: _Batch, db: Path, engine: Engine, batch_id: str, me: str) -> in
             f"{batch.path} changed while it was read (its bytes no longer hash to batch {batch_id}): "
             "nothing of it was kept; its new bytes are a batch of their own"
         )
-    return n_read
+    return n_read, lines
 
 
 def _superseded(db: Path, batch_id: str, batch: _Batch) -> BatchSummary:
@@ -189,7 +191,7 @@ def record_unread(
     longer ``me``'s to record (dropped, ingested, or read by another) is left as it is."""
     with writer(db) as con:
         done = batch_state.stored_batch(con, batch_id)
-        if done is not None and (done["status"] not in UNREAD or done["owner"] not in (None, me)):
+        if done is not None and (done["status"] not in batch_state.READ_AGAIN or done["owner"] not in (None, me)):
             return BatchSummary(batch_id, batch.kind, str(batch.path), 0, 0, 0, status=done["status"], note=note)
         batch_state.forget_batch(con, batch_id)
         batch_state.record_unread(con, batch_id, batch.source(str(batch.path)), status, note)

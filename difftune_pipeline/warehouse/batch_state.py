@@ -12,6 +12,11 @@ import polars as pl
 from difftune_pipeline.warehouse.connection import Db, now, query, scalar
 from difftune_pipeline.warehouse.versions import forget_versions
 
+# A batch recorded in one of these states contributes nothing, and its bytes, seen again,
+# are read: never fully read (``ingesting`` when its reader died, ``changed``, ``vanished``),
+# or withdrawn because its file came to hold other bytes (``replaced``).
+READ_AGAIN = ("ingesting", "changed", "vanished", "replaced")
+
 
 def batch_records(db: Db, batch_ids: list[str]) -> dict[str, dict]:
     """batch id -> (status, and while it is ``ingesting``, who reads it and when it last
@@ -96,7 +101,9 @@ def finish_batch(
 def replace_earlier(con: duckdb.DuckDBPyConnection, batch_id: str) -> list[tuple[str, int]]:
     """Withdraw the usable measurement batches read before from the file ``batch_id`` was
     read from (same path, same µarch): the file now holds other bytes, so its measurements
-    are these, not both averaged. Returns (batch id, rows withdrawn) of each."""
+    are these, not both averaged. Each is ``replaced``, not ``dropped``: a file that goes
+    back to its bytes has them read again (``forget_batch``). Returns (batch id, rows
+    withdrawn) of each."""
     earlier = con.execute(
         "SELECT o.batch_id FROM batches o JOIN batches n ON o.source_file = n.source_file AND o.uarch = n.uarch "
         "WHERE n.batch_id = ? AND n.kind = 'measurements' AND o.kind = 'measurements' AND o.status = 'ok' "
@@ -104,7 +111,7 @@ def replace_earlier(con: duckdb.DuckDBPyConnection, batch_id: str) -> list[tuple
         [batch_id],
     ).fetchall()
     reason = f"replaced by batch {batch_id}: its file now holds other bytes"
-    return [(old, drop_batch(con, old, reason)["rows_removed"]) for (old,) in earlier]
+    return [(old, _withdraw(con, old, "replaced", reason)) for (old,) in earlier]
 
 
 def record_unread(con: duckdb.DuckDBPyConnection, batch_id: str, source: BatchSource, status: str, reason: str) -> None:
@@ -134,9 +141,10 @@ def _insert_batch(con, batch_id: str, source: BatchSource, status: str, reason: 
 
 
 def forget_batch(con: duckdb.DuckDBPyConnection, batch_id: str) -> None:
-    """Whatever a batch that was never fully read added (``ingesting`` when its process
-    was killed), and its record when it is one of those: it is read again from nothing."""
-    unread = "SELECT batch_id FROM batches WHERE batch_id = ? AND status IN ('ingesting', 'changed', 'vanished')"
+    """Whatever a batch whose bytes are to be read again added (``ingesting`` when its
+    process was killed, or ``replaced``), and its record when it is one of those: it is
+    read again from nothing."""
+    unread = f"SELECT batch_id FROM batches WHERE batch_id = ? AND status IN {READ_AGAIN}"
     for table in ("measurements", "quarantine", "block_sources"):
         con.execute(f"DELETE FROM {table} WHERE batch_id IN ({unread})", [batch_id])
     con.execute(f"DELETE FROM batches WHERE batch_id IN ({unread})", [batch_id])
@@ -173,11 +181,17 @@ def drop_batch(con: duckdb.DuckDBPyConnection, batch_id: str, reason: str, uarch
         raise ValueError(f"batch {batch_id} is a {kind} batch: only measurement batches can be dropped")
     if status == "dropped":
         return {"batch_id": batch_id, "rows_removed": 0, "already_dropped": True}
+    return {"batch_id": batch_id, "rows_removed": _withdraw(con, batch_id, "dropped", reason), "already_dropped": False}
+
+
+def _withdraw(con: duckdb.DuckDBPyConnection, batch_id: str, status: str, reason: str) -> int:
+    """A measurement batch's rows deleted and its record marked ``status`` with why;
+    returns the rows deleted."""
     removed = scalar(con, "DELETE FROM measurements WHERE batch_id = ?", [batch_id])
     scalar(
         con,
-        "UPDATE batches SET status = 'dropped', status_reason = ?, status_at = ? WHERE batch_id = ?",
-        [reason, now(), batch_id],
+        "UPDATE batches SET status = ?, status_reason = ?, status_at = ? WHERE batch_id = ?",
+        [status, reason, now(), batch_id],
     )
     forget_versions(con, "measurements")  # what was materialised from its rows is not up to date
-    return {"batch_id": batch_id, "rows_removed": removed, "already_dropped": False}
+    return removed

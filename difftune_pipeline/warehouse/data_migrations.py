@@ -143,3 +143,12 @@ def _forget_simulations(con: duckdb.DuckDBPyConnection, db: Path) -> None:
         except FileNotFoundError:
             pass
     con.execute("DELETE FROM simulation_chunks")
+
+
+def replaced_batches(con: duckdb.DuckDBPyConnection, db: Path) -> None:
+    """A batch withdrawn because its file came to hold other bytes is ``replaced``, not
+    ``dropped`` (a user's drop): its bytes, back in a file, are read again."""
+    con.execute(
+        "UPDATE batches SET status = 'replaced' WHERE kind = 'measurements' AND status = 'dropped' "
+        "AND status_reason LIKE 'replaced by batch %: its file now holds other bytes'"
+    )

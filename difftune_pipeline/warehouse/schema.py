@@ -167,7 +167,7 @@ MIGRATIONS: list[str | Callable[[duckdb.DuckDBPyConnection, Path], None]] = [
     """,
     """
     -- A batch can be withdrawn (dropped) or fail its sanity check; neither feeds tuning.
-    ALTER TABLE batches ADD COLUMN status VARCHAR DEFAULT 'ok';  -- ok | failed_sanity | dropped
+    ALTER TABLE batches ADD COLUMN status VARCHAR DEFAULT 'ok';  -- ok | failed_sanity | dropped (| replaced …)
     ALTER TABLE batches ADD COLUMN status_reason VARCHAR;        -- why failed or dropped
     ALTER TABLE batches ADD COLUMN status_at TIMESTAMP;
     -- The measurements that tuning and evaluation read: those of batches whose status is ok.
@@ -270,10 +270,10 @@ MIGRATIONS: list[str | Callable[[duckdb.DuckDBPyConnection, Path], None]] = [
         PRIMARY KEY (asset, partition)
     );
     """,
-    # the evaluation code that drew a µarch's slices: slices other code drew are drawn again
-    "ALTER TABLE block_slices ADD COLUMN IF NOT EXISTS code_version VARCHAR",
+    "ALTER TABLE block_slices ADD COLUMN IF NOT EXISTS code_version VARCHAR",  # slices other code drew: drawn again
     data_migrations.settled_steady_state,
     data_migrations.canonical_zero_idioms,
+    data_migrations.replaced_batches,
 ]
 
 
