@@ -438,6 +438,14 @@ def test_ingest_passes_over_a_batch_that_fails_its_sanity_check(tmp_path, monkey
     again = CliRunner().invoke(app, ["ingest"])  # settled: nothing is read again, nothing reported again
     assert again.exit_code == 0 and "sanity" not in again.output, again.output
 
+    _drop(box / "haswell", "e_wrong_unit.csv", per_iteration[:30])  # and `materialize` goes on past one
+    result = CliRunner().invoke(app, ["materialize", "--select", "key:measurement_batches or key:blocks"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("failed its sanity check, it never feeds tuning") == 1, result.output
+    assert store.query("SELECT count(*) FROM batches WHERE status = 'failed_sanity'", warehouse).item() == 3
+    with dg.DagsterInstance.get() as instance:  # the step after ingestion ran
+        assert instance.get_latest_materialization_event(dg.AssetKey("blocks")) is not None
+
 
 def test_the_sensor_asks_again_for_a_batch_whose_reader_died(tmp_path, warehouse):
     from difftune_pipeline.ingest import owner
