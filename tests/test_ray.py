@@ -20,6 +20,7 @@ from difftune_pipeline.engine import Engine, ParamTable
 from difftune_pipeline.engine.ray_engine import RayEngine, WorkerPool
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.warehouse import connection as store
+from difftune_pipeline.warehouse import simulation_files
 from difftune_pipeline.warehouse.simulation_files import ChunkWriter
 
 SETTINGS = settings_for("sample", {"tables_per_preset": 2, "blocks_per_table": 150, "shards": 1})
@@ -113,7 +114,8 @@ def test_a_worker_killed_mid_chunk_loses_and_duplicates_nothing(pool, haswell, t
     steps.sampled_tables(threads)
     before = pool.pids()
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this file
-    monkeypatch.setattr(steps.simulations, "ChunkWriter", functools.partial(DyingWriter, marker=str(tmp_path / "died")))
+    dying = functools.partial(DyingWriter, marker=str(tmp_path / "died"))
+    monkeypatch.setattr(simulation_files, "ChunkWriter", dying)  # the writer each chunk's worker is given
     out = steps.simulate_shard(on_ray, 0, chunk=100)
     assert (tmp_path / "died").exists() and out.simulated == out.planned == 600
     time.sleep(0.1)
