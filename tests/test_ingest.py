@@ -559,6 +559,17 @@ def test_an_older_version_of_a_file_read_while_a_newer_one_was_ingested_replaces
     assert _count(warehouse, "SELECT count(*) FROM measurements") == 30  # the older reader's rows are gone
 
 
+def test_a_batch_of_many_rows_is_judged_within_the_ingestions_memory(haswell, warehouse, tmp_path, monkeypatch):
+    """The sanity check's median of a batch is taken in bounded memory: an exact median
+    holds every row's value, and a batch of 6,000,000 rows failed under the ingestion's
+    128 MB every time it was read. Here 400,000 rows under 16 MB."""
+    monkeypatch.setattr(ingest, "INGEST_MEMORY", "16MB")
+    path = tmp_path / "many.csv"
+    path.write_text((SAMPLE / "bhive_hsw_sample.csv").read_text() * 200)
+    summary = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+    assert (summary.status, summary.n_ingested) == ("ok", 400_000)
+
+
 def _between_chunks(monkeypatch, action, at: int = 1):
     """Run ``action`` after the ``at``-th chunk of a file is committed, before the next."""
     from difftune_pipeline.ingest import reader
