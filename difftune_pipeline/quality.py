@@ -25,10 +25,11 @@ def measurement_sanity(rows: pl.DataFrame | None, batch_ids: list[str]) -> Verdi
     """The verdicts ingestion gave the batches (``ingest.sanity``): failed when one
     of them is ``failed_sanity`` or missing. ``rows``: per batch, its status, the
     reason and its row counts (``batch_state.batch_statuses``; not read when there is no
-    batch). A dropped batch is not judged: it feeds nothing."""
+    batch). A batch whose verdict does not stand (dropped, replaced, never fully read)
+    is not judged: it feeds nothing."""
     if not batch_ids:
         return Verdict(True, "no measurement batches to check")
-    dropped = rows.filter(pl.col("status") == "dropped")
+    unjudged = rows.filter(~pl.col("status").is_in(["ok", "failed_sanity"]))
     failed = rows.filter(pl.col("status") == "failed_sanity")
     problems = [
         f"{reason} (batch {b} never feeds tuning; withdraw it with `difftune batches drop {b}`)"
@@ -36,11 +37,12 @@ def measurement_sanity(rows: pl.DataFrame | None, batch_ids: list[str]) -> Verdi
     ]
     missing = set(batch_ids) - set(rows["batch_id"])
     problems += [f"batch {b} is not in the warehouse" for b in sorted(missing)]
-    judged = rows.height - dropped.height
+    judged = rows.height - unjudged.height
     return Verdict(
         not problems,
         "; ".join(problems)
-        or f"{judged} batch(es) sane" + (f", {dropped.height} dropped (not judged)" if dropped.height else ""),
+        or f"{judged} batch(es) sane"
+        + (f", {unjudged.height} {'/'.join(sorted(set(unjudged['status'])))} (not judged)" if unjudged.height else ""),
         {"batches": rows.drop("source_file").to_dicts()},
     )
 

@@ -536,8 +536,9 @@ def test_an_older_version_of_a_file_read_while_a_newer_one_was_ingested_replaces
 ):
     """Two readers of one file: the first still reads the old bytes (its open file) when
     the file is replaced and a second reader ingests the new ones. The first's bytes
-    hash to its batch, but the file no longer holds them: it keeps nothing, rather than
-    withdraw the newer batch as the file's earlier bytes."""
+    hash to its batch, but a batch of its file was made usable since it began: it keeps
+    nothing, rather than withdraw the newer batch as the file's earlier bytes; also when
+    the file is gone by then (archived once ingested)."""
     path, new = tmp_path / "hsw.csv", tmp_path / "hsw.csv.new"
     path.write_text(_lines_of(300))
     new.write_text("".join(f"{h},{float(c) + 1}\n" for h, c in sample_rows[:30]))
@@ -548,11 +549,12 @@ def test_an_older_version_of_a_file_read_while_a_newer_one_was_ingested_replaces
             newer.append(None)
             os.replace(new, path)  # the first reader's open file keeps the old bytes
             newer[0] = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
+            path.unlink()
 
     _between_chunks(monkeypatch, replace_and_ingest)
     older = ingest.ingest_measurements(path, "haswell", warehouse, haswell)
     assert newer[0].status == "ok" and not newer[0].note
-    assert older.status == "changed" and "changed after it was read" in older.note
+    assert older.status == "changed" and f"was ingested as batch {newer[0].batch_id} while this reading" in older.note
     assert _usable_by_batch(warehouse) == [(newer[0].batch_id, 30)]
     statuses = dict(store.query("SELECT batch_id, status FROM batches", warehouse).rows())
     assert statuses == {newer[0].batch_id: "ok", older.batch_id: "changed"}

@@ -29,6 +29,7 @@ from difftune_pipeline.defs.resources import (
 )
 from difftune_pipeline.engine.reference import llvm_mca_many
 from difftune_pipeline.ingest import inbox
+from difftune_pipeline.steps.checks import measurement_sanity
 from difftune_pipeline.warehouse import batch_state
 from difftune_pipeline.warehouse import connection as store
 
@@ -304,7 +305,6 @@ def test_failed_and_dropped_batches_never_feed_tuning(tmp_path, warehouse, monke
     assert unknown.exit_code == 2 and "no batch 'nope'" in unknown.stderr
     elsewhere = runner.invoke(app, ["batches", "drop", f"skylake-{good_id}", "--warehouse", str(warehouse)])
     assert elsewhere.exit_code == 2 and "holds haswell's measurements, not skylake's" in elsewhere.stderr
-    from difftune_pipeline.steps.checks import measurement_sanity
 
     wrong_id = statuses["wrong_unit.csv"]["batch_id"]
     assert not measurement_sanity(warehouse, [wrong_id]).passed
@@ -364,13 +364,20 @@ def test_a_file_gone_back_to_bytes_its_rewrite_replaced_counts_them_again(tmp_pa
     path = _drop(box / "haswell", "hsw.csv", ROWS[30:60])
     second, result = _ingest_batch(instance, box, warehouse, path)
     assert result.success and "this batch replaces" in _materialized(result)["warning"].value
+    verdict = measurement_sanity(warehouse, [first.rsplit("-", 1)[1]])
+    assert verdict.passed and "1 replaced (not judged)" in verdict.description
     path = _drop(box / "haswell", "hsw.csv", ROWS[:30])
+    at = path.stat().st_mtime
     todo, _ = pending(Inbox(path=str(box), settle_seconds=5), str(warehouse))
     assert list(todo) == [first]
     _, result = _ingest_batch(instance, box, warehouse, path)
     assert result.success and _materialized(result)["status"].value == "ok"
     usable = store.query("SELECT batch_id, count(*) FROM usable_measurements GROUP BY 1", warehouse).rows()
     assert usable == [(first.rsplit("-", 1)[1], 30)]
+    _ingest_batch(instance, box, warehouse, _drop(box / "haswell", "hsw.csv", ROWS[30:60]))  # and once more,
+    path = _drop(box / "haswell", "hsw.csv", ROWS[:30])
+    os.utime(path, (at, at))  # put back as `cp -p` would, at the same time: a run of its own, not the last one's
+    assert pending(Inbox(path=str(box), settle_seconds=5), str(warehouse))[0][first][1] != todo[first][1]
     with store.writer(warehouse) as con:
         batch_state.drop_batch(con, first.rsplit("-", 1)[1], "bad machine")
     assert not pending(Inbox(path=str(box), settle_seconds=5), str(warehouse))[0]

@@ -70,7 +70,8 @@ def pending(inbox: Inbox, db: str) -> tuple[dict[str, tuple[inbox_files.InboxFil
     unread, withdrawn as ``replaced`` by its file's other bytes, or left ``ingesting`` by a
     reader that died; not one a live reader holds),
     by partition key, each with its version (its file's modification time and the
-    batch's record: a run per version); and a line per file that is not ready, with why."""
+    batch's record, with when its status was set: a run per version, also for a file put
+    back at the same time); and a line per file that is not ready, with why."""
     ready, waiting = inbox_files.scan(inbox.path, inbox.settle_seconds)
     keys = {item.partition_key: item for item in ready}
     records = _records(db, [k.rsplit("-", 1)[1] for k in keys])
@@ -80,7 +81,7 @@ def pending(inbox: Inbox, db: str) -> tuple[dict[str, tuple[inbox_files.InboxFil
         status, holder = record["status"], record["owner"]
         if status in SETTLED or (status == "ingesting" and not owner.abandoned(holder, record["status_at"], now)):
             continue
-        todo[key] = (item, f"{item.path.stat().st_mtime_ns}:{status}:{holder}")
+        todo[key] = (item, f"{item.path.stat().st_mtime_ns}:{status}:{holder}:{record['status_at']}")
     return todo, waiting
 
 

@@ -104,8 +104,8 @@ def _ingest(batch: _Batch, db: Path, engine: Engine, expected: str | None = None
     record ``ingesting`` that names its reader (``owner``), which no reader of
     ``usable_measurements`` sees; when the bytes read hash to the batch, its verdict
     makes it usable in one transaction, and when they do not (the file was rewritten
-    meanwhile, or holds other bytes or another file by then), its rows are removed and
-    it is recorded ``changed``. A batch left
+    meanwhile), or another reader made a batch of the same file usable since this one
+    began (its bytes are newer), its rows are removed and it is recorded ``changed``. A batch left
     ``ingesting`` by a reader that died is read again; one another reader holds is left to it."""
     source = str(batch.path)
     expected = expected or file_batch_id(batch.path, batch.scope)
@@ -122,11 +122,8 @@ def _ingest(batch: _Batch, db: Path, engine: Engine, expected: str | None = None
             batch_state.forget_batch(con, expected)  # a record of bytes never read, or a dead reader's rows
             batch_state.begin_batch(con, expected, batch.source(source), me)
         try:
-            n_read, lines = _read(batch, db, engine, expected, me)
+            n_read = _read(batch, db, engine, expected, me)
             with writer(db, INGEST_MEMORY) as con:
-                # in the transaction that makes it usable, which no other reader's commit interleaves:
-                # bytes the file no longer holds never replace its newer batch
-                lines.check_unchanged()
                 problems = []
                 if batch.kind == "measurements":  # judged before it is usable: never usable unjudged
                     implausible, median = ingestion.ipc_figures(con, expected, sanity.MAX_IPC)
@@ -135,6 +132,11 @@ def _ingest(batch: _Batch, db: Path, engine: Engine, expected: str | None = None
                     )
                 counts = (n_read, batch.n_ingested, batch.n_quarantined)
                 finished = batch_state.finish_batch(con, expected, me, counts, problems, connection.now())
+                if finished and (newer := batch_state.newer_of_its_file(con, expected, batch.at)) is not None:
+                    raise reader.FileChanged(  # undoes the verdict: bytes older than the file's never replace them
+                        f"{source} was ingested as batch {newer} while this reading of it went on: its bytes "
+                        f"are newer than batch {expected}'s, of which nothing was kept"
+                    )
                 # usable in the same transaction as the earlier bytes of its file are withdrawn
                 replaced = batch_state.replace_earlier(con, expected) if finished and not problems else []
         except reader.FileChanged as exc:
@@ -155,10 +157,10 @@ class _Superseded(Exception):
     """The batch being read was dropped, or taken over by another reader."""
 
 
-def _read(batch: _Batch, db: Path, engine: Engine, batch_id: str, me: str) -> tuple[int, reader.NumberedLines]:
+def _read(batch: _Batch, db: Path, engine: Engine, batch_id: str, me: str) -> int:
     """The file's lines into the warehouse, a chunk per transaction, each committed only
-    while ``me`` holds the batch; returns the lines read and their reader. ``FileChanged``
-    when the bytes read are not the batch's, ``_Superseded`` when ``me`` no longer holds it."""
+    while ``me`` holds the batch; returns the lines read. ``FileChanged`` when the bytes
+    read are not the batch's, ``_Superseded`` when ``me`` no longer holds it."""
     lines = reader.NumberedLines(batch.path, batch.scope)
     n_read, first_seen = 0, {} if batch.kind == "corpus" else None
     for chunk in lines.chunks():
@@ -172,7 +174,7 @@ def _read(batch: _Batch, db: Path, engine: Engine, batch_id: str, me: str) -> tu
             f"{batch.path} changed while it was read (its bytes no longer hash to batch {batch_id}): "
             "nothing of it was kept; its new bytes are a batch of their own"
         )
-    return n_read, lines
+    return n_read
 
 
 def _superseded(db: Path, batch_id: str, batch: _Batch) -> BatchSummary:
@@ -191,7 +193,7 @@ def record_unread(
     longer ``me``'s to record (dropped, ingested, or read by another) is left as it is."""
     with writer(db) as con:
         done = batch_state.stored_batch(con, batch_id)
-        if done is not None and (done["status"] not in batch_state.READ_AGAIN or done["owner"] not in (None, me)):
+        if done is not None and (done["status"] not in batch_state.UNREAD or done["owner"] not in (None, me)):
             return BatchSummary(batch_id, batch.kind, str(batch.path), 0, 0, 0, status=done["status"], note=note)
         batch_state.forget_batch(con, batch_id)
         batch_state.record_unread(con, batch_id, batch.source(str(batch.path)), status, note)

@@ -7,7 +7,6 @@ file rewritten while it is read is caught (its bytes no longer hash to the batch
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,12 +27,6 @@ class FileGone(FileChanged):
 
 
 MAX_LINE = 1 << 20  # a line longer than this (a file without newlines) is cut, so memory stays bounded
-
-
-def identity(st: os.stat_result) -> tuple[int, ...]:
-    """What differs when a path holds another file or its bytes may have changed: the
-    file, its size, and its times (the change time, which no user can set back)."""
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def batch_digest(scope: str):
@@ -58,7 +51,6 @@ class NumberedLines:
         self._digest = batch_digest(scope)
         self.n_lines = 0  # numbered lines so far, blank ones included
         self.n_bytes = 0
-        self.identity: tuple[int, ...] | None = None  # the file's as it was opened
         self._done = False
 
     @property
@@ -76,7 +68,6 @@ class NumberedLines:
             raise FileGone(f"{self.path} vanished before it was read: nothing of it was kept") from None
         tail = b""
         with fh:
-            self.identity = identity(os.fstat(fh.fileno()))
             first = True
             while data := fh.read(self.block):
                 self._digest.update(data)
@@ -91,20 +82,6 @@ class NumberedLines:
             if tail and (lines := self._numbered(tail)):
                 yield lines
         self._done = True
-
-    def check_unchanged(self) -> None:
-        """``FileChanged`` when the path holds another file, or other bytes, than the one
-        read (one since deleted is not: what was read is whole). A reader that calls this
-        where it makes its batch usable never replaces a newer version of the file."""
-        try:
-            now = identity(self.path.stat())
-        except FileNotFoundError:
-            return
-        if now != self.identity:
-            raise FileChanged(
-                f"{self.path} changed after it was read, before its batch was made usable: nothing of it "
-                "was kept; its new bytes are a batch of their own"
-            )
 
     def _numbered(self, data: bytes) -> list[tuple[int, str]]:
         lines = data.decode("utf-8", errors="replace").split("\n")

@@ -12,10 +12,11 @@ import polars as pl
 from difftune_pipeline.warehouse.connection import Db, now, query, scalar
 from difftune_pipeline.warehouse.versions import forget_versions
 
-# A batch recorded in one of these states contributes nothing, and its bytes, seen again,
-# are read: never fully read (``ingesting`` when its reader died, ``changed``, ``vanished``),
-# or withdrawn because its file came to hold other bytes (``replaced``).
-READ_AGAIN = ("ingesting", "changed", "vanished", "replaced")
+# A batch recorded in one of these states was never fully read (``ingesting`` when its
+# reader died, ``changed``, ``vanished``); with those withdrawn because their file came to
+# hold other bytes (``replaced``), their bytes, seen again, are read.
+UNREAD = ("ingesting", "changed", "vanished")
+READ_AGAIN = (*UNREAD, "replaced")
 
 
 def batch_records(db: Db, batch_ids: list[str]) -> dict[str, dict]:
@@ -112,6 +113,19 @@ def replace_earlier(con: duckdb.DuckDBPyConnection, batch_id: str) -> list[tuple
     ).fetchall()
     reason = f"replaced by batch {batch_id}: its file now holds other bytes"
     return [(old, _withdraw(con, old, "replaced", reason)) for (old,) in earlier]
+
+
+def newer_of_its_file(con: duckdb.DuckDBPyConnection, batch_id: str, since: datetime) -> str | None:
+    """A usable measurement batch of the file ``batch_id`` was read from (same path, same
+    µarch) made usable after ``since``, when its reading began: another reader's, of the
+    bytes the file came to hold meanwhile (None: there is none)."""
+    newer = con.execute(
+        "SELECT o.batch_id FROM batches o JOIN batches n ON o.source_file = n.source_file AND o.uarch = n.uarch "
+        "WHERE n.batch_id = ? AND n.kind = 'measurements' AND o.kind = 'measurements' AND o.status = 'ok' "
+        "AND o.batch_id <> n.batch_id AND o.status_at > ? ORDER BY o.status_at DESC LIMIT 1",
+        [batch_id, since],
+    ).fetchall()
+    return newer[0][0] if newer else None
 
 
 def record_unread(con: duckdb.DuckDBPyConnection, batch_id: str, source: BatchSource, status: str, reason: str) -> None:
