@@ -21,7 +21,6 @@ from difftune_pipeline.engine.ray_engine import RayEngine, WorkerPool
 from difftune_pipeline.ingest import batches as ingest
 from difftune_pipeline.warehouse import connection as store
 from difftune_pipeline.warehouse import simulation_files
-from difftune_pipeline.warehouse.simulation_files import ChunkWriter
 
 SETTINGS = settings_for("sample", {"tables_per_preset": 2, "blocks_per_table": 150, "shards": 1})
 
@@ -88,7 +87,7 @@ def test_a_ray_shard_equals_the_threads_shard(pool, haswell, tmp_path):
 
 
 @dataclasses.dataclass(frozen=True)
-class DyingWriter(ChunkWriter):
+class DyingWriter(simulation_files.ChunkWriter):
     """The first chunk it writes kills its worker half-way through the file."""
 
     marker: str = ""

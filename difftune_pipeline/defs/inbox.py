@@ -21,9 +21,6 @@ from difftune_pipeline.warehouse import batch_state, connection, ingestion
 from difftune_pipeline.warehouse import versions as store
 
 BATCHES = dg.DynamicPartitionsDefinition(name="measurement_batches")
-# A batch in one of these states is done with: its bytes are never read again (those of
-# any other, ``batch_state.READ_AGAIN``, are when a file holds them).
-SETTLED = {"ok", "failed_sanity", "dropped"}
 
 
 @asset(
@@ -42,7 +39,7 @@ def measurement_batches(context: dg.AssetExecutionContext, warehouse: Warehouse,
     uarch, batch_id = key.rsplit("-", 1)
     record = _records(warehouse.path, [batch_id]).get(batch_id)
     status = record["status"] if record else None
-    found = None if status in SETTLED else inbox_files.find(inbox.path, key)
+    found = None if batch_state.settled(status) else inbox_files.find(inbox.path, key)
     if found is not None:
         summary = ingest.ingest_measurements(
             found.path, found.uarch, warehouse.path, engine.decoder(), found.unit, batch_id=batch_id
@@ -56,7 +53,7 @@ def measurement_batches(context: dg.AssetExecutionContext, warehouse: Warehouse,
         context.log.warning(summary.note)  # and in the metadata's ``warning``, which the command prints
     if uarch in ingestion.measured_uarchs(warehouse.path):  # usable: sane and not dropped
         add_uarchs(context.instance, [uarch])
-    meta = batch_metadata([summary]) if summary is not None else {"already_ingested": status in SETTLED}
+    meta = batch_metadata([summary]) if summary is not None else {"already_ingested": batch_state.settled(status)}
     stored = store.table_version(warehouse.path, "batches", "WHERE batch_id = ?", [batch_id])
     yield dg.MaterializeResult(
         metadata={**meta, "status": summary.status if summary else status, **row_count(warehouse, "measurements")},
@@ -79,7 +76,8 @@ def pending(inbox: Inbox, db: str) -> tuple[dict[str, tuple[inbox_files.InboxFil
     for key, item in keys.items():
         record = records.get(key.rsplit("-", 1)[1]) or {"status": None, "owner": None, "status_at": None}
         status, holder = record["status"], record["owner"]
-        if status in SETTLED or (status == "ingesting" and not owner.abandoned(holder, record["status_at"], now)):
+        held = status == "ingesting" and not owner.abandoned(holder, record["status_at"], now)
+        if batch_state.settled(status) or held:
             continue
         todo[key] = (item, f"{item.path.stat().st_mtime_ns}:{status}:{holder}:{record['status_at']}")
     return todo, waiting

@@ -113,7 +113,7 @@ def _ingest(batch: _Batch, db: Path, engine: Engine, expected: str | None = None
         with writer(db, INGEST_MEMORY) as con:
             done = batch_state.stored_batch(con, expected)
             status = done["status"] if done else None
-            if status is not None and status not in batch_state.READ_AGAIN:
+            if batch_state.settled(status):
                 counts = (done["n_read"], done["n_ingested"], done["n_quarantined"])
                 return BatchSummary(expected, batch.kind, source, *counts, already_ingested=True, status=status)
             if status == "ingesting" and not owner.abandoned(done["owner"], done["status_at"], connection.now()):

@@ -19,6 +19,12 @@ UNREAD = ("ingesting", "changed", "vanished")
 READ_AGAIN = (*UNREAD, "replaced")
 
 
+def settled(status: str | None) -> bool:
+    """Whether a batch recorded with ``status`` is done with (``ok``, ``failed_sanity``,
+    ``dropped``): its bytes are never read again. None: no record."""
+    return status is not None and status not in READ_AGAIN
+
+
 def batch_records(db: Db, batch_ids: list[str]) -> dict[str, dict]:
     """batch id -> (status, and while it is ``ingesting``, who reads it and when it last
     committed a chunk) of those of ``batch_ids`` the warehouse records."""
@@ -105,27 +111,28 @@ def replace_earlier(con: duckdb.DuckDBPyConnection, batch_id: str) -> list[tuple
     are these, not both averaged. Each is ``replaced``, not ``dropped``: a file that goes
     back to its bytes has them read again (``forget_batch``). Returns (batch id, rows
     withdrawn) of each."""
-    earlier = con.execute(
-        "SELECT o.batch_id FROM batches o JOIN batches n ON o.source_file = n.source_file AND o.uarch = n.uarch "
-        "WHERE n.batch_id = ? AND n.kind = 'measurements' AND o.kind = 'measurements' AND o.status = 'ok' "
-        "AND o.batch_id <> n.batch_id ORDER BY o.batch_id",
-        [batch_id],
-    ).fetchall()
     reason = f"replaced by batch {batch_id}: its file now holds other bytes"
-    return [(old, _withdraw(con, old, "replaced", reason)) for (old,) in earlier]
+    return [(old, _withdraw(con, old, "replaced", reason)) for old in _usable_of_its_file(con, batch_id)]
 
 
 def newer_of_its_file(con: duckdb.DuckDBPyConnection, batch_id: str, since: datetime) -> str | None:
-    """A usable measurement batch of the file ``batch_id`` was read from (same path, same
-    µarch) made usable after ``since``, when its reading began: another reader's, of the
-    bytes the file came to hold meanwhile (None: there is none)."""
-    newer = con.execute(
+    """A usable measurement batch of the file ``batch_id`` was read from, made usable after
+    ``since``, when its reading began: another reader's, of the bytes the file came to hold
+    meanwhile (None: there is none)."""
+    return next(iter(_usable_of_its_file(con, batch_id, since)), None)
+
+
+def _usable_of_its_file(con: duckdb.DuckDBPyConnection, batch_id: str, since: datetime | None = None) -> list[str]:
+    """The usable measurement batches, other than ``batch_id``, of the file it was read from
+    (same path, same µarch), newest first; with ``since``, those made usable after it."""
+    rows = con.execute(
         "SELECT o.batch_id FROM batches o JOIN batches n ON o.source_file = n.source_file AND o.uarch = n.uarch "
         "WHERE n.batch_id = ? AND n.kind = 'measurements' AND o.kind = 'measurements' AND o.status = 'ok' "
-        "AND o.batch_id <> n.batch_id AND o.status_at > ? ORDER BY o.status_at DESC LIMIT 1",
-        [batch_id, since],
+        "AND o.batch_id <> n.batch_id AND (?::TIMESTAMP IS NULL OR o.status_at > ?) "
+        "ORDER BY o.status_at DESC, o.batch_id",
+        [batch_id, since, since],
     ).fetchall()
-    return newer[0][0] if newer else None
+    return [b for (b,) in rows]
 
 
 def record_unread(con: duckdb.DuckDBPyConnection, batch_id: str, source: BatchSource, status: str, reason: str) -> None:

@@ -167,7 +167,7 @@ MIGRATIONS: list[str | Callable[[duckdb.DuckDBPyConnection, Path], None]] = [
     """,
     """
     -- A batch can be withdrawn (dropped) or fail its sanity check; neither feeds tuning.
-    ALTER TABLE batches ADD COLUMN status VARCHAR DEFAULT 'ok';  -- ok | failed_sanity | dropped (| replaced …)
+    ALTER TABLE batches ADD COLUMN status VARCHAR DEFAULT 'ok';  -- ok | failed_sanity | dropped
     ALTER TABLE batches ADD COLUMN status_reason VARCHAR;        -- why failed or dropped
     ALTER TABLE batches ADD COLUMN status_at TIMESTAMP;
     -- The measurements that tuning and evaluation read: those of batches whose status is ok.
